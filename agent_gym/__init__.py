@@ -1,0 +1,54 @@
+"""agent_gym: Gymnasium environments for LLM agents that act through tools.
+
+Implements the extended MDP of Agent-R1 (arXiv 2511.14460): the state is the
+whole interaction history, tools make transitions stochastic (seeded), and
+rewards come per step (process rewards) as well as at the end.
+
+Example:
+    >>> import gymnasium as gym
+    >>> import agent_gym
+    >>> [env_id for env_id, _ in agent_gym.list_envs()][:1]  # doctest: +SKIP
+    ['AgentR1/HotpotQA-v0']
+"""
+
+from agent_gym.core.env import EpisodeOverError, EpisodeState, StopReason, ToolEnv
+from agent_gym.core.history import History, Message, Role, ToolCall, ToolResult
+from agent_gym.core.noise import RetrievalNoise, ToolNoise
+from agent_gym.core.parsing import ActionFormat, ParsedAction, TagParser, ToolCallParser
+from agent_gym.core.rubric import RewardError, RewardTerm, Rubric, Transition
+from agent_gym.core.spaces import TextSpace
+from agent_gym.core.tool import FunctionTool, Tool, ToolContext, tool
+from agent_gym.envs import list_envs, register_envs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionFormat",
+    "EpisodeOverError",
+    "EpisodeState",
+    "FunctionTool",
+    "History",
+    "Message",
+    "ParsedAction",
+    "RetrievalNoise",
+    "RewardError",
+    "RewardTerm",
+    "Role",
+    "Rubric",
+    "StopReason",
+    "TagParser",
+    "TextSpace",
+    "Tool",
+    "ToolCall",
+    "ToolCallParser",
+    "ToolContext",
+    "ToolEnv",
+    "ToolNoise",
+    "ToolResult",
+    "Transition",
+    "list_envs",
+    "register_envs",
+    "tool",
+]
+
+register_envs()

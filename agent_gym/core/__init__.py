@@ -1,0 +1,1 @@
+"""The core contract: spaces, history, tools, parsing, rubric, noise, ToolEnv."""

@@ -1,0 +1,397 @@
+"""``ToolEnv``: the orchestrator of the paper's extended MDP.
+
+A :class:`ToolEnv` is a :class:`gymnasium.Env` whose actions and
+observations are text. Tools report *what happened*; the env decides *what it
+means*. ``step()`` reads top to bottom::
+
+    parsed      = self._parse(action)            # text -> tool calls / answer
+    raw_results = self._run_tools(parsed)        # execute each call
+    transition  = self._transition(parsed, raw)  # noise, state update
+    terms, raw  = self._score(transition)        # rubric of reward terms
+    return self._observe(transition, terms, raw) # next observation + info
+
+Subclasses describe a task family through a handful of hooks
+(:meth:`num_tasks`, :meth:`load_task`, :meth:`make_tools`, :meth:`score_answer`
+and friends); they never count turns (use ``max_episode_steps`` / a wrapper)
+and never format chat templates (the trainer does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import gymnasium as gym
+
+from agent_gym.core.history import History, Message, ToolCall, ToolResult, render_message
+from agent_gym.core.noise import ToolNoise, coerce_noise
+from agent_gym.core.parsing import ActionFormat, ParsedAction, make_parser
+from agent_gym.core.rubric import Rubric, Transition
+from agent_gym.core.spaces import TextSpace
+from agent_gym.core.tool import Tool, ToolContext
+
+__all__ = ["EpisodeOverError", "EpisodeState", "StopReason", "ToolEnv"]
+
+TaskT = TypeVar("TaskT")
+
+
+class StopReason:
+    """Values of ``info["stop_reason"]``."""
+
+    ANSWER = "answer"
+    MAX_TURNS = "max_turns"
+
+
+class EpisodeOverError(RuntimeError):
+    """``step()`` was called before ``reset()`` or after the episode ended."""
+
+
+@dataclass
+class EpisodeState(Generic[TaskT]):
+    """The typed state of one episode.
+
+    Attributes:
+        task: The task record being solved.
+        task_index: Its index in the env's task list.
+        history: The append-only message history (the MDP state proper).
+        evidence: Gold evidence items of the task (for process rewards).
+        found: Evidence items revealed so far.
+        seen_calls: Canonical ``name(arguments)`` keys of earlier calls.
+        turn: Steps taken so far.
+        malformed: Malformed actions so far.
+        done: The episode terminated.
+        answer: The final answer, once given.
+        answer_scores: Its scores, once given.
+    """
+
+    task: TaskT
+    task_index: int
+    history: History = field(default_factory=History)
+    evidence: frozenset[str] = frozenset()
+    found: set[str] = field(default_factory=set)
+    seen_calls: set[str] = field(default_factory=set)
+    turn: int = 0
+    malformed: int = 0
+    done: bool = False
+    answer: str | None = None
+    answer_scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def potential(self) -> float:
+        """Φ(s): the fraction of gold evidence found so far (0 when there is none)."""
+        return len(self.found & self.evidence) / len(self.evidence) if self.evidence else 0.0
+
+
+class ToolEnv(gym.Env[str, str], Generic[TaskT]):
+    """Base class for text environments whose agents act through tools.
+
+    Args:
+        rubric: The per-step reward terms.
+        action_format: ``"tool_call"`` (Hermes JSON blocks) or ``"tags"``.
+        tool_noise: A :class:`~agent_gym.core.noise.ToolNoise` (or a dict of
+            its fields); default none.
+        max_action_length: Size of the action space. Longer actions are still
+            accepted (and answered with an error observation).
+        max_observation_length: Size of the observation space; a longer history
+            is shown with its middle elided.
+        max_result_length: Tool results are clipped to this many characters.
+        render_mode: ``"ansi"`` or ``None``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        *,
+        rubric: Rubric,
+        action_format: str | ActionFormat = ActionFormat.TOOL_CALL,
+        tool_noise: ToolNoise | Mapping[str, Any] | None = None,
+        max_action_length: int = 16_384,
+        max_observation_length: int = 1_000_000,
+        max_result_length: int = 4_000,
+        render_mode: str | None = None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None (got {render_mode!r})"
+            )
+        self.action_format = ActionFormat(action_format)
+        self.rubric = rubric
+        self.tool_noise = coerce_noise(tool_noise)
+        self.max_result_length = int(max_result_length)
+        self.action_space = TextSpace(max_action_length)
+        self.observation_space = TextSpace(max_observation_length)
+        self.reward_range = rubric.reward_range
+        self.render_mode = render_mode
+        self._state: EpisodeState[TaskT] | None = None
+        self._tools: dict[str, Tool] = {}
+        self._parser: Any = None  # built per episode from that episode's tools
+
+    # ------------------------------------------------------------------ hooks
+    def num_tasks(self) -> int:
+        """How many tasks the env can pose."""
+        raise NotImplementedError
+
+    def load_task(self, index: int) -> TaskT:
+        """The task record at ``index`` (``0 <= index < num_tasks()``)."""
+        raise NotImplementedError
+
+    def task_id(self, task: TaskT) -> str:
+        """A stable identifier of ``task`` (used by ``options={"task_id": ...}``)."""
+        return str(task.id)  # type: ignore[attr-defined]
+
+    def make_tools(self, task: TaskT) -> Sequence[Tool]:
+        """The tools available while solving ``task``."""
+        raise NotImplementedError
+
+    def system_prompt(self, task: TaskT, tools: Sequence[Tool]) -> str:
+        """The system message; by default the parser's tool instructions."""
+        return self._parser.instructions(tools)
+
+    def user_prompt(self, task: TaskT) -> str:
+        """The first user message (the question)."""
+        raise NotImplementedError
+
+    def gold_evidence(self, task: TaskT) -> frozenset[str]:
+        """Gold evidence items of ``task`` for process rewards (default none)."""
+        return frozenset()
+
+    def revealed_evidence(self, call: ToolCall, result: ToolResult, state: EpisodeState[TaskT]) -> set[str]:
+        """Evidence a (noisy) result shows; default ``result.metadata["evidence"]``."""
+        return set(result.metadata.get("evidence", ())) if result.ok else set()
+
+    def score_answer(self, task: TaskT, answer: str) -> dict[str, float]:
+        """Scores of a final answer, each in ``[0, 1]`` (e.g. ``em``, ``f1``)."""
+        raise NotImplementedError
+
+    def oracle_action(self) -> str:
+        """The expert's next action for the current state (for oracle policies).
+
+        An oracle may read privileged state (gold evidence, gold answer); it is
+        for tests, solvability checks and cold-start SFT data, not for agents.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no oracle")
+
+    def task_index_of(self, task_id: str) -> int:
+        """The index of the task with id ``task_id`` (linear scan; override for speed)."""
+        for i in range(self.num_tasks()):
+            if self.task_id(self.load_task(i)) == task_id:
+                return i
+        raise KeyError(f"no task with id {task_id!r}")
+
+    # -------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode.
+
+        Options:
+            task_index: Pose this task (an int in ``range(num_tasks())``).
+            task_id: Pose the task with this id.
+        Without either, the task is drawn from ``np_random``. G copies of an
+        env reset with the same ``task_index`` and seed replay the same
+        question under the same noise; with different seeds, the same question
+        under different noise (what GRPO groups need).
+        """
+        super().reset(seed=seed)
+        index = self._select_task(options or {})
+        task = self.load_task(index)
+        tools = self.make_tools(task)
+        self._tools = {t.name: t for t in tools}
+        self._parser = make_parser(self.action_format, tools)
+        state: EpisodeState[TaskT] = EpisodeState(task=task, task_index=index, evidence=self.gold_evidence(task))
+        state.history.append(Message.system(self.system_prompt(task, tools)))
+        state.history.append(Message.user(self.user_prompt(task)))
+        self._state = state
+        return self._render_observation(), self._info(state, new_from=0)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        state = self._require_running()
+        state.turn += 1
+        first_new = len(state.history)
+        parsed = self._parse(action)
+        raw_results = self._run_tools(parsed)
+        transition = self._transition(parsed, raw_results)
+        weighted, raw = self._score(transition)
+        return self._observe(transition, weighted, raw, first_new)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._render_observation() if self._state is not None else ""
+        return None
+
+    # ------------------------------------------------------------ the steps
+    def _parse(self, action: str) -> ParsedAction:
+        state = self._state
+        assert state is not None
+        parsed = self._parser.parse(action, turn=state.turn)
+        if isinstance(action, str) and len(action) > self.action_space.max_length:
+            parsed = ParsedAction(
+                raw=action,
+                errors=(f"action is {len(action)} characters long; the limit is {self.action_space.max_length}",),
+            )
+        return parsed
+
+    def _run_tools(self, parsed: ParsedAction) -> list[tuple[ToolCall, ToolResult]]:
+        state = self._state
+        assert state is not None
+        ctx = ToolContext(rng=self.np_random, noise=self.tool_noise, turn=state.turn)
+        out = []
+        for call in parsed.tool_calls:
+            tool = self._tools.get(call.name)
+            if tool is None:
+                known = ", ".join(sorted(self._tools))
+                result = ToolResult.error(
+                    f"unknown tool {call.name!r}; available tools: {known}", reason="unknown_tool"
+                )
+            else:
+                result = tool.call(call.arguments, ctx)
+            out.append((call, result))
+        return out
+
+    def _transition(self, parsed: ParsedAction, raw_results: list[tuple[ToolCall, ToolResult]]) -> Transition:
+        state = self._state
+        assert state is not None
+        potential_before = state.potential
+        history = state.history
+        history.append(Message.assistant(self._clip(parsed.raw, self.action_space.max_length), parsed.tool_calls))
+        if not parsed.well_formed:
+            state.malformed += 1
+            history.append(Message.user(self._format_feedback(parsed)))
+        results: list[tuple[ToolCall, ToolResult]] = []
+        events: list[str] = []
+        new_evidence: set[str] = set()
+        repeated = 0
+        for call, result in raw_results:
+            result, fired = self.tool_noise.apply(call.name, result, self.np_random)
+            events.extend(fired)
+            result = ToolResult(self._clip(result.content, self.max_result_length), result.ok, result.metadata)
+            key = f"{call.name}:{json.dumps(dict(call.arguments), sort_keys=True, ensure_ascii=False)}"
+            repeated += key in state.seen_calls
+            state.seen_calls.add(key)
+            revealed = self.revealed_evidence(call, result, state) & state.evidence
+            new_evidence |= revealed - state.found
+            state.found |= revealed
+            history.append(Message.tool(call, result))
+            results.append((call, result))
+        terminated = parsed.is_final
+        if terminated:
+            assert parsed.answer is not None
+            state.done = True
+            state.answer = parsed.answer
+            state.answer_scores = self.score_answer(state.task, parsed.answer)
+        return Transition(
+            turn=state.turn,
+            action=parsed,
+            results=tuple(results),
+            terminated=terminated,
+            answer_scores=dict(state.answer_scores) if terminated else {},
+            new_evidence=frozenset(new_evidence),
+            evidence_total=len(state.evidence),
+            repeated_calls=repeated,
+            potential_before=potential_before,
+            potential_after=state.potential,
+            episode_malformed=state.malformed,
+            noise_events=tuple(events),
+        )
+
+    def _score(self, transition: Transition) -> tuple[dict[str, float], dict[str, float]]:
+        return self.rubric.score(transition)
+
+    def _observe(
+        self, transition: Transition, weighted: dict[str, float], raw: dict[str, float], first_new: int
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        state = self._state
+        assert state is not None
+        info = self._info(state, new_from=first_new)
+        info["reward_terms"] = weighted
+        info["reward_raw"] = raw
+        info["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": dict(c.arguments), "ok": r.ok, "content": r.content}
+            for c, r in transition.results
+        ]
+        info["format_errors"] = list(transition.action.errors)
+        info["noise_events"] = list(transition.noise_events)
+        info["new_evidence"] = sorted(transition.new_evidence)
+        if transition.terminated:
+            info["stop_reason"] = StopReason.ANSWER
+            info["metrics"] = self._episode_metrics(state)
+        reward = float(sum(weighted.values()))
+        return self._render_observation(), reward, transition.terminated, False, info
+
+    # -------------------------------------------------------------- helpers
+    def _select_task(self, options: Mapping[str, Any]) -> int:
+        n = self.num_tasks()
+        if "task_index" in options:
+            index = options["task_index"]
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+                raise ValueError(f"options['task_index'] must be an int in [0, {n}) (got {index!r})")
+            return index
+        if "task_id" in options:
+            return self.task_index_of(str(options["task_id"]))
+        return int(self.np_random.integers(n))
+
+    def _require_running(self) -> EpisodeState[TaskT]:
+        if self._state is None:
+            raise EpisodeOverError("call reset() before step()")
+        if self._state.done:
+            raise EpisodeOverError("the episode has terminated; call reset() to start a new one")
+        return self._state
+
+    def _format_feedback(self, parsed: ParsedAction) -> str:
+        problems = "; ".join(parsed.errors)
+        return f"Format error: {problems}. No tool was run. Follow the tool-call format from the instructions."
+
+    @staticmethod
+    def _clip(text: str, limit: int) -> str:
+        if len(text) <= limit:
+            return text
+        note = f" [... {len(text) - limit} characters cut]"
+        return text[: max(0, limit - len(note))] + note
+
+    def _render_observation(self) -> str:
+        assert self._state is not None
+        text = self._state.history.render()
+        limit = self.observation_space.max_length
+        if len(text) <= limit:
+            return text
+        head = "".join(render_message(m) for m in self._state.history.messages[:2])[: limit // 4]
+        marker = f"[... {len(text)} characters of history, middle elided ...]\n"
+        tail_len = max(0, limit - len(head) - len(marker))
+        return head + marker + (text[-tail_len:] if tail_len else "")
+
+    def _episode_metrics(self, state: EpisodeState[TaskT]) -> dict[str, float]:
+        metrics = {f"answer_{k}": float(v) for k, v in state.answer_scores.items()}
+        metrics["turns"] = float(state.turn)
+        metrics["malformed_actions"] = float(state.malformed)
+        metrics["evidence_recall"] = state.potential if state.evidence else 0.0
+        return metrics
+
+    def _info(self, state: EpisodeState[TaskT], new_from: int) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id(state.task),
+            "task_index": state.task_index,
+            "turn": state.turn,
+            "stop_reason": None,
+            "messages": state.history.to_chat(),
+            "new_messages": [m.to_chat() for m in state.history.messages[new_from:]],
+            "tools": [t.schema() for t in self._tools.values()],
+            "reward_terms": {},
+            "evidence_found": len(state.found & state.evidence),
+            "evidence_total": len(state.evidence),
+        }
+
+    @property
+    def state(self) -> EpisodeState[TaskT] | None:
+        """The current episode's typed state (read it; do not mutate it)."""
+        return self._state
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools of the current episode, by name."""
+        return dict(self._tools)
+
+    @property
+    def parser(self) -> Any:
+        """The current action parser (also writes actions, for scripted policies)."""
+        return self._parser

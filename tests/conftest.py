@@ -1,0 +1,103 @@
+"""Shared fixtures: a tiny ToolEnv used to test the core contract, and data paths."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from agent_gym.core.env import ToolEnv
+from agent_gym.core.history import ToolResult
+from agent_gym.core.tool import Tool, ToolContext
+from agent_gym.rewards import make_rubric
+
+settings.register_profile("default", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("slow", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=30, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` next to the repository; skips the test when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@dataclass(frozen=True)
+class Capital:
+    id: str
+    country: str
+    capital: str
+
+
+CAPITALS = (
+    Capital("q0", "France", "Paris"),
+    Capital("q1", "Japan", "Tokyo"),
+    Capital("q2", "Kenya", "Nairobi"),
+    Capital("q3", "Peru", "Lima"),
+)
+
+
+class LookupTool(Tool):
+    name = "lookup"
+    description = "Look up the capital city of a country."
+    parameters = {
+        "type": "object",
+        "properties": {"country": {"type": "string", "description": "The country's name."}},
+        "required": ["country"],
+        "additionalProperties": False,
+    }
+
+    def run(self, ctx: ToolContext, country: str) -> ToolResult:
+        for c in CAPITALS:
+            if c.country.lower() == country.strip().lower():
+                return ToolResult(f"The capital of {c.country} is {c.capital}.", metadata={"evidence": [c.id]})
+        return ToolResult.error(f"no country named {country!r}")
+
+
+class LookupEnv(ToolEnv[Capital]):
+    """Minimal ToolEnv: one lookup tool, one gold evidence item per task."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("rubric", make_rubric("process", answer_metric="em", shaping_gamma=1.0))
+        super().__init__(**kwargs)
+
+    def num_tasks(self) -> int:
+        return len(CAPITALS)
+
+    def load_task(self, index: int) -> Capital:
+        return CAPITALS[index]
+
+    def make_tools(self, task: Capital) -> Sequence[Tool]:
+        return [LookupTool()]
+
+    def user_prompt(self, task: Capital) -> str:
+        return f"What is the capital of {task.country}?"
+
+    def gold_evidence(self, task: Capital) -> frozenset[str]:
+        return frozenset({task.id})
+
+    def score_answer(self, task: Capital, answer: str) -> dict[str, float]:
+        em = float(answer.strip().lower() == task.capital.lower())
+        return {"em": em, "f1": em}
+
+    def oracle_action(self) -> str:
+        state = self.state
+        assert state is not None
+        last = state.history[-1]
+        if state.found >= state.evidence and last.ok:
+            return self.parser.format_answer(state.task.capital)
+        return self.parser.format_call("lookup", {"country": state.task.country})
+
+
+@pytest.fixture
+def lookup_env() -> LookupEnv:
+    return LookupEnv()
