@@ -1,0 +1,128 @@
+"""Env-step overhead: what an environment costs on top of its tools.
+
+For each environment id, plays scripted oracle episodes (``env.unwrapped.oracle_action()``)
+and measures the wall time of ``env.step``. The reference, measured in the same
+run, is the *bare* tool time: the very same tool calls replayed directly with
+``Tool.call`` outside the environment. The env overhead per step is
+``(step time - bare tool time) / steps``; the ratio is step time over bare tool time.
+
+Usage:
+    python benchmarks/env_step.py                      # every registered id
+    python benchmarks/env_step.py --env-ids AgentR1/HotpotQA-v0 --episodes 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import agent_gym
+from agent_gym.core.tool import Tool, ToolContext
+
+
+@dataclass
+class Args:
+    """Benchmark settings."""
+
+    env_ids: list[str] = field(default_factory=list)
+    """Environment ids to measure (default: every registered id)."""
+    episodes: int = 100
+    """Oracle episodes per environment."""
+    seed: int = 0
+    """Seed of the first episode (episode i uses seed + i)."""
+    warmup: int = 3
+    """Untimed episodes first (index building, caches), on seeds after the timed ones."""
+
+
+def parse_args() -> Args:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(Args):
+        if f.name == "env_ids":
+            parser.add_argument("--env-ids", nargs="*", default=[], help="environment ids (default: all)")
+        else:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    return Args(**vars(parser.parse_args()))
+
+
+class _Recorder:
+    """Patches ``Tool.call`` to record every call made during timed episodes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Tool, dict[str, Any]]] = []
+        self._original = Tool.call
+
+    def __enter__(self) -> _Recorder:
+        original, calls = self._original, self.calls
+
+        def recording_call(tool: Tool, arguments: Any, ctx: ToolContext | None = None):
+            calls.append((tool, dict(arguments) if isinstance(arguments, dict) else arguments))
+            return original(tool, arguments, ctx)
+
+        Tool.call = recording_call  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Tool.call = self._original  # type: ignore[method-assign]
+
+
+def play(env: gym.Env, seed: int) -> tuple[int, float]:
+    """One oracle episode; returns (steps, seconds spent inside env.step)."""
+    env.reset(seed=seed)
+    steps, spent = 0, 0.0
+    while True:
+        action = env.unwrapped.oracle_action()
+        start = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(action)
+        spent += time.perf_counter() - start
+        steps += 1
+        if terminated or truncated:
+            return steps, spent
+
+
+def measure(env_id: str, args: Args) -> dict[str, float]:
+    env = gym.make(env_id)
+    for i in range(args.warmup):
+        play(env, args.seed + args.episodes + i)
+    with _Recorder() as rec:
+        results = [play(env, args.seed + i) for i in range(args.episodes)]
+    steps = sum(s for s, _ in results)
+    step_time = sum(t for _, t in results)
+    ctx = ToolContext(rng=np.random.default_rng(0))
+    start = time.perf_counter()
+    for tool, arguments in rec.calls:
+        tool.call(arguments, ctx)
+    bare = time.perf_counter() - start
+    env.close()
+    return {
+        "steps": steps,
+        "calls": len(rec.calls),
+        "steps_per_s": steps / step_time,
+        "us_per_step": 1e6 * step_time / steps,
+        "bare_tool_us_per_step": 1e6 * bare / steps,
+        "overhead_us_per_step": 1e6 * (step_time - bare) / steps,
+        "ratio": step_time / bare if bare > 0 else float("inf"),
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    env_ids = args.env_ids or [env_id for env_id, _ in agent_gym.list_envs()]
+    print(f"oracle episodes per env: {args.episodes}; reference = the same tool calls replayed bare")
+    header = f"{'env id':32s} {'steps/s':>9s} {'µs/step':>9s} {'bare tool µs':>12s} {'overhead µs':>11s} {'ratio':>6s}"
+    print(header)
+    print("-" * len(header))
+    for env_id in env_ids:
+        r = measure(env_id, args)
+        print(
+            f"{env_id:32s} {r['steps_per_s']:9.0f} {r['us_per_step']:9.1f} {r['bare_tool_us_per_step']:12.1f} "
+            f"{r['overhead_us_per_step']:11.1f} {r['ratio']:6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
