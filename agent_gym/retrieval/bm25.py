@@ -1,0 +1,253 @@
+"""BM25 retrieval with ``bm25s`` and the PyStemmer English stemmer: the default backend.
+
+:class:`BM25Retriever` builds one ``bm25s`` index (Lucene BM25 variant:
+``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, term weight
+``tf / (tf + k1 (1 - b + b |d| / avgdl))``) over a pooled corpus and serves
+every question of a split from it. ``allowed=`` restricts a search to a
+question's own paragraphs (the HotpotQA "distractor" setting) at no extra
+index cost: the query's posting lists are scored once, the allowed documents'
+scores are gathered, and the exact top-k among them is selected, with ties
+broken by corpus order. Only documents that match at least one query term
+are returned, so an empty or all-stopword query returns no hits.
+
+Searching is thread-safe: the index arrays are read-only after construction
+and each thread gets its own stemmer (PyStemmer objects are not safe to
+share across threads).
+
+Example:
+    >>> from agent_gym.retrieval import Passage
+    >>> docs = [Passage("a", "Paris", "Paris is the capital of France."),
+    ...         Passage("b", "Tokyo", "Tokyo is the capital of Japan.")]
+    >>> retriever = BM25Retriever(docs)
+    >>> [h.passage.id for h in retriever.search("capital of Japan", k=1)]
+    ['b']
+    >>> [h.passage.id for h in retriever.search("capital of Japan", k=1, allowed={"a"})]
+    ['a']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
+from typing import ClassVar
+
+import bm25s
+import numpy as np
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
+
+__all__ = ["Analyzer", "BM25Retriever", "corpus_key"]
+
+_TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")
+_BATCH_ROWS = 64  # queries scored together in search_batch (rows x corpus floats at a time)
+
+
+class Analyzer:
+    """Text -> index terms: lowercase, ``\\w\\w+`` words, English stopwords removed, stemmed.
+
+    The same rule as ``bm25s.tokenize(..., stopwords="en", stemmer=...)``;
+    one PyStemmer object per thread.
+
+    Args:
+        stemmer: A Snowball algorithm name (``Stemmer.algorithms()``), or
+            ``None`` for no stemming.
+    """
+
+    def __init__(self, stemmer: str | None = "english") -> None:
+        if stemmer is not None and stemmer not in Stemmer.algorithms():
+            raise ValueError(f"unknown stemmer {stemmer!r}; choose one of {sorted(Stemmer.algorithms())} or None")
+        self.stemmer = stemmer
+        self._local = threading.local()
+
+    def __call__(self, text: str) -> list[str]:
+        """The index terms of ``text`` (repeated terms kept)."""
+        words = [w for w in _TOKEN_RE.findall(text.lower()) if w not in STOPWORDS_EN]
+        if self.stemmer is None or not words:
+            return words
+        stem = getattr(self._local, "stemmer", None)
+        if stem is None:
+            stem = self._local.stemmer = Stemmer.Stemmer(self.stemmer)
+        return stem.stemWords(words)
+
+
+def corpus_key(passages: Iterable[Passage], *extra: object) -> str:
+    """A sha1 over every passage's id, title and text (plus ``extra`` settings)."""
+    h = hashlib.sha1(repr(extra).encode())
+    for p in passages:
+        h.update(f"{p.id}\0{p.title}\0{p.text}\0".encode())
+    return h.hexdigest()
+
+
+class BM25Retriever:
+    """BM25 over an in-memory corpus (``bm25s`` index, Lucene scoring).
+
+    Args:
+        passages: The corpus. Exact duplicates are kept once; two different
+            passages with the same id raise ``ValueError``.
+        k1: BM25 term-frequency saturation (>= 0).
+        b: BM25 length normalisation, in [0, 1].
+        stemmer: Snowball stemmer name, or ``None``.
+
+    Attributes:
+        passages: The unique passages, in index order.
+    """
+
+    _cache: ClassVar[OrderedDict[str, BM25Retriever]] = OrderedDict()
+    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
+    cache_size: ClassVar[int] = 8
+    """How many distinct corpora :meth:`cached` keeps (least recently used evicted)."""
+
+    def __init__(
+        self, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75, stemmer: str | None = "english"
+    ) -> None:
+        if k1 < 0:
+            raise ValueError(f"k1 must be >= 0 (got {k1})")
+        if not 0.0 <= b <= 1.0:
+            raise ValueError(f"b must lie in [0, 1] (got {b})")
+        self.passages: tuple[Passage, ...] = tuple(as_passage_list(passages))
+        if not self.passages:
+            raise ValueError("cannot build a BM25 index over an empty corpus")
+        self.k1, self.b = float(k1), float(b)
+        self.analyzer = Analyzer(stemmer)
+        self._position = {p.id: i for i, p in enumerate(self.passages)}
+        tokens = [self.analyzer(p.contents) for p in self.passages]
+        if not any(tokens):
+            raise ValueError("no passage has any indexable word (all empty or stopwords)")
+        model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+        model.index(tokens, show_progress=False)
+        self._vocab: dict[str, int] = {t: i for t, i in model.vocab_dict.items() if t}
+        self._data = _frozen(model.scores["data"])
+        self._indices = _frozen(model.scores["indices"])
+        self._indptr = _frozen(model.scores["indptr"])
+
+    @classmethod
+    def cached(
+        cls, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75, stemmer: str | None = "english"
+    ) -> BM25Retriever:
+        """One shared instance per distinct corpus and settings, so N envs build the index once.
+
+        The key is a sha1 of every passage's id, title and text plus the
+        settings; the :attr:`cache_size` most recently used indexes are kept.
+        Thread-safe: concurrent calls for the same corpus build it once.
+        """
+        items = as_passage_list(passages)
+        key = corpus_key(items, cls.__qualname__, k1, b, stemmer)
+        with cls._cache_lock:
+            found = cls._cache.get(key)
+            if found is not None:
+                cls._cache.move_to_end(key)
+                return found
+            made = cls(items, k1=k1, b=b, stemmer=stemmer)
+            cls._cache[key] = made
+            while len(cls._cache) > cls.cache_size:
+                cls._cache.popitem(last=False)
+            return made
+
+    @classmethod
+    def clear_cache(cls) -> None:
+        """Forget every index held by :meth:`cached`."""
+        with cls._cache_lock:
+            cls._cache.clear()
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __repr__(self) -> str:
+        return (
+            f"BM25Retriever({len(self.passages)} passages, k1={self.k1}, b={self.b}, stemmer={self.analyzer.stemmer!r})"
+        )
+
+    def term_ids(self, query: str) -> np.ndarray:
+        """The vocabulary ids of the query's terms (terms unseen in the corpus dropped)."""
+        vocab = self._vocab
+        return np.fromiter((vocab[t] for t in self.analyzer(query) if t in vocab), dtype=np.int64)
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every passage for ``query`` (``float64``, index order)."""
+        return self._score_rows([self.term_ids(query)])[0]
+
+    def search(self, query: str, k: int = 5, allowed: Collection[str] | None = None) -> list[Hit]:
+        """The top-``k`` passages for ``query`` (see :class:`~agent_gym.retrieval.Retriever`).
+
+        Raises:
+            ValueError: If ``k < 1`` or ``allowed`` names a passage id not in the corpus.
+        """
+        _check_k(k)
+        candidates = self._allowed_positions(allowed)
+        return self._top_k(self.scores(query), k, candidates)
+
+    def search_batch(
+        self, queries: Sequence[str], k: int = 5, allowed: Collection[str] | None = None
+    ) -> list[list[Hit]]:
+        """:meth:`search` for many queries; scores up to 64 queries with one vectorised pass."""
+        _check_k(k)
+        if isinstance(queries, str):
+            raise TypeError("search_batch takes a sequence of queries, not a single string")
+        candidates = self._allowed_positions(allowed)
+        ids = [self.term_ids(q) for q in queries]
+        results: list[list[Hit]] = []
+        for start in range(0, len(ids), _BATCH_ROWS):
+            rows = self._score_rows(ids[start : start + _BATCH_ROWS])
+            results.extend(self._top_k(row, k, candidates) for row in rows)
+        return results
+
+    def _allowed_positions(self, allowed: Collection[str] | None) -> np.ndarray | None:
+        """Sorted corpus positions of the allowed ids (``None`` = the whole corpus)."""
+        if allowed is None:
+            return None
+        if isinstance(allowed, str):
+            raise TypeError("allowed must be a collection of passage ids, not a single string")
+        position = self._position
+        missing = [pid for pid in allowed if pid not in position]
+        if missing:
+            shown = ", ".join(repr(m) for m in sorted(missing)[:3])
+            raise ValueError(f"allowed names {len(missing)} passage id(s) not in the corpus, e.g. {shown}")
+        return np.unique(np.fromiter((position[pid] for pid in allowed), dtype=np.int64, count=len(allowed)))
+
+    def _score_rows(self, rows: Sequence[np.ndarray]) -> np.ndarray:
+        """Scores for several queries' term ids: one ``bincount`` over their concatenated postings."""
+        n = len(self.passages)
+        docs: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        for r, term_ids in enumerate(rows):
+            for t in term_ids:
+                lo, hi = self._indptr[t], self._indptr[t + 1]
+                docs.append(self._indices[lo:hi].astype(np.int64) + r * n)
+                weights.append(self._data[lo:hi])
+        if not docs:
+            return np.zeros((len(rows), n))
+        flat = np.bincount(np.concatenate(docs), weights=np.concatenate(weights), minlength=len(rows) * n)
+        return flat.reshape(len(rows), n)
+
+    def _top_k(self, scores: np.ndarray, k: int, candidates: np.ndarray | None) -> list[Hit]:
+        """Exact top-k of positive scores among ``candidates``; ties go to the earlier passage."""
+        if candidates is None:
+            idx = np.flatnonzero(scores > 0)
+            sc = scores[idx]
+        else:
+            sc = scores[candidates]
+            positive = sc > 0
+            idx, sc = candidates[positive], sc[positive]
+        if len(sc) > k:
+            cut = len(sc) - k
+            threshold = np.partition(sc, cut)[cut]
+            keep = sc >= threshold
+            idx, sc = idx[keep], sc[keep]
+        order = np.lexsort((idx, -sc))[:k]
+        return [Hit(self.passages[int(idx[o])], float(sc[o]), rank) for rank, o in enumerate(order, start=1)]
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    array.setflags(write=False)
+    return array
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k must be a positive integer (got {k!r})")
