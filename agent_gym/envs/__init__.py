@@ -39,6 +39,27 @@ class EnvEntry:
 
 REGISTRY: tuple[EnvEntry, ...] = (
     # id, entry point, one-line description, default kwargs, turn limit
+    EnvEntry(
+        "AgentR1/HotpotQA-v0",
+        "agent_gym.envs.qa:MultiHopQAEnv",
+        "HotpotQA multi-hop QA with a BM25 search tool (embedded original sample; data_path= for real data)",
+        {"source": "hotpotqa"},
+        8,
+    ),
+    EnvEntry(
+        "AgentR1/2WikiMultihopQA-v0",
+        "agent_gym.envs.qa:MultiHopQAEnv",
+        "2WikiMultihopQA multi-hop QA with a BM25 search tool (embedded original sample; data_path= for real data)",
+        {"source": "2wikimultihopqa"},
+        8,
+    ),
+    EnvEntry(
+        "AgentR1/MuSiQue-v0",
+        "agent_gym.envs.qa:MultiHopQAEnv",
+        "MuSiQue 2-4 hop QA with a BM25 search tool (embedded original sample; data_path= for real data)",
+        {"source": "musique"},
+        10,
+    ),
 )
 
 _STOP_REASON = WrapperSpec(name="RecordStopReason", entry_point="agent_gym.wrappers:RecordStopReason", kwargs={})
