@@ -44,7 +44,6 @@ from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
 __all__ = ["Analyzer", "BM25Retriever", "corpus_key"]
 
 _TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")
-_BATCH_ROWS = 64  # queries scored together in search_batch (rows x corpus floats at a time)
 
 
 class Analyzer:
@@ -169,7 +168,7 @@ class BM25Retriever:
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every passage for ``query`` (``float64``, index order)."""
-        return self._score_rows([self.term_ids(query)])[0]
+        return self._score(self.term_ids(query))
 
     def search(self, query: str, k: int = 5, allowed: Collection[str] | None = None) -> list[Hit]:
         """The top-``k`` passages for ``query`` (see :class:`~agent_gym.retrieval.Retriever`).
@@ -184,17 +183,17 @@ class BM25Retriever:
     def search_batch(
         self, queries: Sequence[str], k: int = 5, allowed: Collection[str] | None = None
     ) -> list[list[Hit]]:
-        """:meth:`search` for many queries; scores up to 64 queries with one vectorised pass."""
+        """:meth:`search` for many queries (``allowed`` resolved once).
+
+        Scoring one query costs well under 0.1 ms on a 10k-passage corpus, so
+        queries run one after another; stacking 64 queries into one
+        ``bincount`` pass measured slower (9.6k vs 12.6k queries/s).
+        """
         _check_k(k)
         if isinstance(queries, str):
             raise TypeError("search_batch takes a sequence of queries, not a single string")
         candidates = self._allowed_positions(allowed)
-        ids = [self.term_ids(q) for q in queries]
-        results: list[list[Hit]] = []
-        for start in range(0, len(ids), _BATCH_ROWS):
-            rows = self._score_rows(ids[start : start + _BATCH_ROWS])
-            results.extend(self._top_k(row, k, candidates) for row in rows)
-        return results
+        return [self._top_k(self.scores(q), k, candidates) for q in queries]
 
     def _allowed_positions(self, allowed: Collection[str] | None) -> np.ndarray | None:
         """Sorted corpus positions of the allowed ids (``None`` = the whole corpus)."""
@@ -209,20 +208,19 @@ class BM25Retriever:
             raise ValueError(f"allowed names {len(missing)} passage id(s) not in the corpus, e.g. {shown}")
         return np.unique(np.fromiter((position[pid] for pid in allowed), dtype=np.int64, count=len(allowed)))
 
-    def _score_rows(self, rows: Sequence[np.ndarray]) -> np.ndarray:
-        """Scores for several queries' term ids: one ``bincount`` over their concatenated postings."""
+    def _score(self, term_ids: np.ndarray) -> np.ndarray:
+        """Scores of every passage: one ``bincount`` over the query terms' posting lists.
+
+        Equivalent to ``bm25s.BM25.get_scores_from_ids`` (a repeated query term
+        counts twice) but faster than its per-term ``np.add.at``.
+        """
         n = len(self.passages)
-        docs: list[np.ndarray] = []
-        weights: list[np.ndarray] = []
-        for r, term_ids in enumerate(rows):
-            for t in term_ids:
-                lo, hi = self._indptr[t], self._indptr[t + 1]
-                docs.append(self._indices[lo:hi].astype(np.int64) + r * n)
-                weights.append(self._data[lo:hi])
-        if not docs:
-            return np.zeros((len(rows), n))
-        flat = np.bincount(np.concatenate(docs), weights=np.concatenate(weights), minlength=len(rows) * n)
-        return flat.reshape(len(rows), n)
+        if term_ids.size == 0:
+            return np.zeros(n)
+        spans = [(self._indptr[t], self._indptr[t + 1]) for t in term_ids]
+        docs = np.concatenate([self._indices[lo:hi] for lo, hi in spans])
+        weights = np.concatenate([self._data[lo:hi] for lo, hi in spans])
+        return np.bincount(docs, weights=weights, minlength=n)
 
     def _top_k(self, scores: np.ndarray, k: int, candidates: np.ndarray | None) -> list[Hit]:
         """Exact top-k of positive scores among ``candidates``; ties go to the earlier passage."""
