@@ -36,7 +36,13 @@ import gymnasium as gym
 import agent_gym  # noqa: F401  (registers the environments)
 from agent_gym.core.env import EpisodeOverError
 
-__all__ = ["ANSWER_METHOD", "TRLEnvironment", "make_environment_factory", "trl_dataset_rows"]
+__all__ = [
+    "ANSWER_METHOD",
+    "TRLEnvironment",
+    "make_environment_factory",
+    "trl_dataset_rows",
+    "with_hermes_response_parser",
+]
 
 ANSWER_METHOD = "answer"
 """Name of the generated method that submits the final answer."""
@@ -211,6 +217,28 @@ def make_environment_factory(
     namespace[ANSWER_METHOD] = _answer_method()
     class_name = "".join(ch for ch in env_id.split("/")[-1].split("-")[0] if ch.isalnum()) + "TRLEnvironment"
     return type(class_name, (TRLEnvironment,), namespace)
+
+
+def with_hermes_response_parser(tokenizer: Any) -> Any:
+    """Let TRL parse ``<tool_call>`` JSON blocks from a tokenizer with our ChatML tool template.
+
+    TRL's tool loop parses completions with ``tokenizer.response_template``
+    and only recognises the templates it ships. Ours writes calls exactly as
+    Qwen3/Hermes do (``<tool_call>\\n{json}\\n</tool_call>``, turns closed by
+    ``<|im_end|>``), so TRL's Qwen3 response template applies as is.
+
+    Args:
+        tokenizer: A tokenizer carrying :func:`agent_trainers.models.tool_chat_template`.
+
+    Returns:
+        The same tokenizer, with ``response_template`` set.
+    """
+    import copy
+
+    from trl.chat_template_utils import qwen3_template
+
+    tokenizer.response_template = copy.deepcopy(qwen3_template)
+    return tokenizer
 
 
 def trl_dataset_rows(task_indices: list[int], *, env_id: str) -> list[dict[str, Any]]:

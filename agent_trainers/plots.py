@@ -1,0 +1,71 @@
+"""Metrics as JSON lines, and PNG plots of them (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLog", "plot_metrics", "read_jsonl"]
+
+
+class MetricsLog:
+    """Appends one JSON object per line to ``path`` (kept across ``--resume``).
+
+    Args:
+        path: The ``.jsonl`` file (parent folders are created).
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append ``record`` (values must be JSON-serialisable)."""
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(dict(record), sort_keys=True) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a JSONL file (``[]`` if it does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_metrics(
+    records: Sequence[Mapping[str, Any]], path: str | Path, *, keys: Sequence[str], x: str = "step", title: str = ""
+) -> Path | None:
+    """Plot ``keys`` against ``x`` (one panel per key) and save a PNG.
+
+    Records lacking ``x`` or a key are skipped for that key.
+
+    Returns:
+        The PNG path, or None if nothing could be plotted.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {k: [(r[x], r[k]) for r in records if x in r and isinstance(r.get(k), int | float)] for k in keys}
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3.2), squeeze=False)
+    for ax, (key, points) in zip(axes[0], series.items(), strict=True):
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o")
+        ax.set_xlabel(x)
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
