@@ -49,7 +49,7 @@ def test_validation_messages_name_the_problem(data, match):
 def test_bad_suffix(tmp_path):
     path = tmp_path / "c.json"
     path.write_text("{}")
-    with pytest.raises(ValueError, match="must end in .yaml"):
+    with pytest.raises(ValueError, match=r"must end in \.yaml"):
         load_config(path)
 
 
