@@ -1,0 +1,56 @@
+"""Shared fixtures for agent_trainers tests: SmolLM2's tokenizer, a tiny random model, test envs.
+
+The tokenizer is loaded once per session from the safetensors cache (the first
+run ever converts the shipped GGUF file, ~20 s). ``Test/Lookup-v0`` is the
+LookupEnv of ``tests/conftest.py`` registered like our envs (TimeLimit + stop
+reason); ``Test/SlowLookup-v0`` sleeps ``latency_s`` in every step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from agent_gym.envs import _STOP_REASON
+from agent_trainers.models import load_smollm2_tokenizer, tiny_random_model
+from tests.conftest import LookupEnv
+
+LOOKUP_ID = "Test/Lookup-v0"
+SLOW_LOOKUP_ID = "Test/SlowLookup-v0"
+
+
+class SlowLookupEnv(LookupEnv):
+    """LookupEnv whose every step takes ``latency_s`` seconds (a slow tool)."""
+
+    def __init__(self, latency_s: float = 0.1, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.latency_s = latency_s
+
+    def step(self, action: str):
+        time.sleep(self.latency_s)
+        return super().step(action)
+
+
+def register_test_envs() -> None:
+    """Register the test envs with Gymnasium (idempotent)."""
+    for env_id, cls in ((LOOKUP_ID, LookupEnv), (SLOW_LOOKUP_ID, SlowLookupEnv)):
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=cls, max_episode_steps=4, additional_wrappers=(_STOP_REASON,))
+
+
+register_test_envs()
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer with the ChatML tool template (session-cached)."""
+    return load_smollm2_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(smollm2_tokenizer):
+    """``(model, tokenizer)``: a 2-layer random Llama over SmolLM2's tokenizer (session-cached)."""
+    return tiny_random_model(smollm2_tokenizer, seed=0)
