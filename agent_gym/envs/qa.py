@@ -214,8 +214,9 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         """Retry a failed search; else search the next unfound gold paragraph; else answer.
 
         The query for a gold paragraph is its title, or the title plus the
-        question, or the title plus the paragraph's opening words - the first
-        that retrieves it through the episode's own search tool settings.
+        question, or the title plus the paragraph's opening words (then its
+        whole text) - the first that retrieves it with the episode's own
+        search settings (same retriever, ``k`` and allowed passages).
         Gold paragraphs no query reaches (e.g. absent from an external corpus)
         are skipped.
         """
@@ -255,7 +256,8 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         paragraph = next((p for p in task.paragraphs if (p.title if by_title else p.id) == item), None)
         candidates = [title, f"{title} {task.question}"]
         if paragraph is not None:
-            candidates.append(f"{title} {' '.join(paragraph.text.split()[:40])}")
+            words = paragraph.text.split()
+            candidates += [f"{title} {' '.join(words[:40])}", f"{title} {' '.join(words)}"]
         for query in candidates:
             hits = self.retriever.search(query, k=tool.k, allowed=tool.allowed)
             keys = {h.passage.title if by_title else h.passage.id for h in hits}
