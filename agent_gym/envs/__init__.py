@@ -60,6 +60,20 @@ REGISTRY: tuple[EnvEntry, ...] = (
         {"source": "musique"},
         10,
     ),
+    EnvEntry(
+        "AgentR1/SQLite-v0",
+        "agent_gym.envs.sqlite:SqliteEnv",
+        "Questions about a generated relational database (lookups, joins, aggregates, two-step) via a read-only sql tool",
+        {},
+        10,
+    ),
+    EnvEntry(
+        "AgentR1/Calculator-v0",
+        "agent_gym.envs.calculator:CalculatorEnv",
+        "Generated multi-step arithmetic word problems solved with an exact calculator tool",
+        {},
+        10,
+    ),
 )
 
 _STOP_REASON = WrapperSpec(name="RecordStopReason", entry_point="agent_gym.wrappers:RecordStopReason", kwargs={})

@@ -46,7 +46,7 @@ _ALLOWED_PRAGMAS = frozenset(
 # episode must replay exactly under a seed), and printf/format, whose padding width
 # (e.g. printf('%.*c', 2000000000, 'x')) burns seconds of CPU inside one VM step.
 _DENIED_FUNCTIONS = frozenset(
-    {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "random", "randomblob"}
+    {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "random", "randomblob", "printf", "format"}
 )
 _PROGRESS_PERIOD = 1_000  # VM steps between progress-handler calls
 
@@ -165,7 +165,11 @@ class SqlDatabase:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _ALLOWED_PRAGMAS:
             return sqlite3.SQLITE_OK
-        self._denied.append(_ACTION_NAMES.get(action, f"action {action}"))
+        writes = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
+        if action in writes and (arg1 or "").lower().startswith("sqlite_"):
+            self._denied.append("schema change (create/drop/alter)")  # DDL first edits the schema table
+        else:
+            self._denied.append(_ACTION_NAMES.get(action, f"action {action}"))
         return sqlite3.SQLITE_DENY
 
     def _progress(self) -> int:
