@@ -3,7 +3,8 @@
 One pooled index serves every question of a split; ``allowed=`` restricts a
 search to a question's own paragraphs (the distractor setting), so no index is
 built on ``reset``. :meth:`BM25Retriever.cached` shares one index between all
-environments over the same corpus.
+environments over the same corpus. :class:`RemoteRetriever` talks to a
+Search-R1-compatible ``/retrieve`` server for indexes too big for one process.
 
 Example:
     >>> from agent_gym.retrieval import BM25Retriever, Passage, passage_id
@@ -19,12 +20,15 @@ Example:
 from agent_gym.retrieval.base import Retriever
 from agent_gym.retrieval.bm25 import Analyzer, BM25Retriever
 from agent_gym.retrieval.corpus import Hit, Passage, dedupe_passages, load_corpus, parse_contents, passage_id
+from agent_gym.retrieval.remote import RemoteRetriever, RemoteRetrieverError
 
 __all__ = [
     "Analyzer",
     "BM25Retriever",
     "Hit",
     "Passage",
+    "RemoteRetriever",
+    "RemoteRetrieverError",
     "Retriever",
     "dedupe_passages",
     "load_corpus",
