@@ -292,6 +292,7 @@ def _parse_musique(rec: Mapping[str, Any]) -> QATask:
         hops=len(decomposition) or None,
         source=Source.MUSIQUE.value,
         decomposition=tuple(decomposition),
+        answerable=rec.get("answerable", True) is not False,
     )
 
 

@@ -87,6 +87,8 @@ class QATask:
         source: ``"hotpotqa"``, ``"2wikimultihopqa"`` or ``"musique"``.
         decomposition: MuSiQue sub-questions, in order (else empty).
         evidences: 2WikiMultihopQA evidence triples ``(subject, relation, object)``.
+        answerable: ``False`` for MuSiQue-Full's unanswerable variants (their
+            context lacks a needed paragraph); ``True`` everywhere else.
     """
 
     id: str
@@ -102,6 +104,7 @@ class QATask:
     source: str = "hotpotqa"
     decomposition: tuple[SubQuestion, ...] = ()
     evidences: tuple[tuple[str, str, str], ...] = ()
+    answerable: bool = True
 
     @property
     def answer(self) -> str:

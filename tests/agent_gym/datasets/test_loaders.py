@@ -238,3 +238,10 @@ def test_empty_binary_and_missing_inputs(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_qa(tmp_path / "absent.json")
     assert issubclass(DatasetFormatError, ValueError)
+
+
+def test_musique_full_unanswerable_flag(tmp_path: Path) -> None:
+    records = [json.loads(x) for x in embedded_path("musique").read_text(encoding="utf-8").splitlines()]
+    records[1]["answerable"] = False
+    path = _write(tmp_path, "full.jsonl", "\n".join(json.dumps(r) for r in records))
+    assert [t.answerable for t in load_qa(path)][:3] == [True, False, True]
