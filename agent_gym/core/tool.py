@@ -30,7 +30,9 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
+import json
 import re
 import types
 import typing
@@ -63,6 +65,18 @@ class ToolContext:
     turn: int = 0
 
 
+@functools.lru_cache(maxsize=512)
+def _cached_validator(schema_json: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads(schema_json)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _validator_for(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    """A checked validator for ``schema``; checking a schema costs milliseconds, so each is checked once."""
+    return _cached_validator(json.dumps(schema, sort_keys=True))
+
+
 class Tool:
     """Base class: subclass and implement :meth:`run`, or use :func:`tool`.
 
@@ -79,8 +93,7 @@ class Tool:
     def __init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", self.name):
             raise ValueError(f"tool name must be an identifier, got {self.name!r}")
-        jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
-        self._validator = jsonschema.Draft202012Validator(dict(self.parameters))
+        self._validator = _validator_for(self.parameters)
 
     def run(self, ctx: ToolContext, **arguments: Any) -> ToolResult | str:
         """Execute the tool on validated arguments.
