@@ -49,6 +49,12 @@ def test_check_text_env_passes(env_id: str) -> None:
     check_text_env(gym.make(env_id))
 
 
+def test_check_text_env_with_tags_pooled_corpus_and_noise() -> None:
+    noise = {"failure_prob": 0.2, "truncate_prob": 0.2, "retrieval": {"drop_prob": 0.3, "distractor_prob": 0.3}}
+    env = gym.make("AgentR1/HotpotQA-v0", action_format="tags", corpus="pooled", tool_noise=noise, shaping_gamma=0.9)
+    check_text_env(env, seeds=(0, 1, 2, 3))
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_oracle_solves_every_embedded_question(env_id: str) -> None:
     env = gym.make(env_id)
