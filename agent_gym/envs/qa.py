@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from functools import lru_cache
@@ -143,7 +144,7 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
         super().__init__(rubric=rubric, action_format=action_format, tool_noise=tool_noise, **kwargs)
         self._tasks = load_tasks(data_path, source=source, split=split, limit=limit)
-        self._index_of = {t.id: i for i, t in enumerate(self._tasks)}
+        self._index_of = self._index_tasks(self._tasks)
         self.top_k = top_k
         self.max_passage_chars = max_passage_chars
         self.corpus_mode, passages = self._corpus_passages(corpus)
@@ -151,6 +152,19 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         self._title_of = {p.id: p.title for p in self.retriever.passages}
         self._shared_tool = None if self.corpus_mode is CorpusMode.QUESTION else self._search_tool(None)
         self._oracle_queries: dict[tuple[int, str], str | None] = {}
+
+    @staticmethod
+    def _index_tasks(tasks: Sequence[QATask]) -> dict[str, int]:
+        index: dict[str, int] = {}
+        for i, t in enumerate(tasks):
+            index.setdefault(t.id, i)
+        if len(index) < len(tasks):
+            warnings.warn(
+                f"{len(tasks) - len(index)} tasks repeat an earlier task id (e.g. a folder mixing the distractor "
+                "and fullwiki files of the same questions); options={'task_id': ...} selects the first",
+                stacklevel=3,
+            )
+        return index
 
     def _corpus_passages(self, corpus: str | Path) -> tuple[CorpusMode | None, list[Passage]]:
         if isinstance(corpus, str) and corpus in {m.value for m in CorpusMode}:

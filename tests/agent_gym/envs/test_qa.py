@@ -274,3 +274,15 @@ def test_oracle_on_fullwiki_finds_the_gold_paragraphs_that_exist(shared_data: Pa
     assert len(complete) == 134
     rate, failures = oracle_solve_rate(env, range(env.num_tasks()))
     assert rate >= 0.99, failures[:10]
+
+
+def test_repeated_task_ids_warn_and_select_the_first(shared_data: Path) -> None:
+    with pytest.warns(UserWarning, match="repeat an earlier task id"):
+        env = MultiHopQAEnv(data_path=shared_data / "hotpotqa", corpus="pooled")
+    positions: dict[str, list[int]] = {}
+    for i, t in enumerate(env.tasks):
+        positions.setdefault(t.id, []).append(i)
+    repeated = {task_id: where for task_id, where in positions.items() if len(where) > 1}
+    assert repeated  # the fullwiki file shares questions with the distractor files
+    for task_id, where in repeated.items():
+        assert env.task_index_of(task_id) == where[0]
