@@ -63,7 +63,7 @@ REGISTRY: tuple[EnvEntry, ...] = (
     EnvEntry(
         "AgentR1/SQLite-v0",
         "agent_gym.envs.sqlite:SqliteEnv",
-        "Questions about a generated relational database (lookups, joins, aggregates, two-step) via a read-only sql tool",
+        "Generated relational-database questions (lookups, joins, aggregates, two-step) via a read-only sql tool",
         {},
         10,
     ),
