@@ -60,7 +60,7 @@ def check_prefix_stable(
     tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: list[dict] | None = None
 ) -> None:
     """Raise :class:`TrajectoryError` unless ``render(messages[:k])`` prefixes ``render(messages[:k+1])``."""
-    prev = _render(tokenizer, [], False, tools or []) if tools else ""
+    prev = ""
     for k in range(1, len(messages) + 1):
         cur = _render(tokenizer, messages[:k], False, tools or [])
         if not cur.startswith(prev):

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
 
 from agent_gym.envs import _STOP_REASON
 from agent_trainers.models import load_smollm2_tokenizer, tiny_random_model
@@ -54,3 +55,12 @@ def smollm2_tokenizer():
 def tiny_model(smollm2_tokenizer):
     """``(model, tokenizer)``: a 2-layer random Llama over SmolLM2's tokenizer (session-cached)."""
     return tiny_random_model(smollm2_tokenizer, seed=0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run torch on one thread for a module's tests: a tiny model is several times faster so on a busy 2-core box."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

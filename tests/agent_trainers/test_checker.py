@@ -29,7 +29,6 @@ action = st.one_of(
 )
 
 
-@settings(max_examples=60)  # each example is a full episode (env + template renders), ~80 ms
 @given(
     script=st.lists(action, min_size=1, max_size=5),
     eos=st.booleans(),
@@ -44,9 +43,9 @@ def test_scripted_rollouts_are_token_exact(smollm2_tokenizer, script, eos, budge
     assert len(traj.prompt_ids) + len(traj.completion_ids) <= budget or not traj.completion_ids
 
 
-@settings(max_examples=4)  # each example runs a real (tiny) transformer for a whole batched rollout
+@settings(max_examples=10)  # each example runs a real (tiny) transformer for a whole batched rollout
 @given(seed=st.integers(0, 1000), temperature=st.sampled_from([0.0, 0.7, 1.0]), top_p=st.sampled_from([0.5, 1.0]))
-def test_tiny_model_rollouts_are_token_exact(tiny_model, seed, temperature, top_p):
+def test_tiny_model_rollouts_are_token_exact(one_thread, tiny_model, seed, temperature, top_p):
     model, tok = tiny_model
     cfg = RolloutConfig(max_new_tokens_per_turn=8, max_total_tokens=400, temperature=temperature, top_p=top_p)
     for traj in rollout(TransformersPolicy(model, tok, seed=seed), LOOKUP_ID, task_indices=[1, 3], config=cfg):
@@ -76,7 +75,7 @@ def test_flipped_mask_is_caught(good, smollm2_tokenizer):
 
 def test_changed_model_token_is_caught(good, smollm2_tokenizer):
     t = broken(good, lambda t: t.completion_ids.__setitem__(1, t.completion_ids[1] + 1))
-    with pytest.raises(TrajectoryError, match="turn 0: model tokens .* decode differently"):
+    with pytest.raises(TrajectoryError, match=r"turn 0: model tokens .* decode differently"):
         check_trajectory(t, smollm2_tokenizer)
 
 
@@ -85,8 +84,7 @@ def test_retokenized_env_text_is_caught(good, smollm2_tokenizer):
     tok = smollm2_tokenizer
     t0 = good.turns[0]
     env_text = tok.decode(good.completion_ids[t0.end : t0.env_end])
-    pieces = [tok.convert_tokens_to_ids(tok.tokenize(ch)) for ch in "\n"]
-    assert env_text.startswith("\n") or env_text.startswith("<|im_end|>")
+    assert env_text.startswith("<|im_end|>\n<|im_start|>tool\n")
 
     def split_first(t):
         ids = t.completion_ids[t0.end : t0.env_end]
@@ -101,13 +99,12 @@ def test_retokenized_env_text_is_caught(good, smollm2_tokenizer):
         for turn in t.turns[1:]:
             turn.start, turn.end, turn.env_end = turn.start + grow, turn.end + grow, turn.env_end + grow
 
-    assert pieces
     with pytest.raises(TrajectoryError, match="not the tokenization of"):
         check_trajectory(broken(good, split_first), tok)
 
 
 def test_nonzero_env_logprob_and_bad_lengths_are_caught(good, smollm2_tokenizer):
-    with pytest.raises(TrajectoryError, match="env token .* has log-prob 0.5"):
+    with pytest.raises(TrajectoryError, match=r"env token .* has log-prob 0.5"):
         check_trajectory(broken(good, lambda t: t.logprobs.__setitem__(good.turns[0].end, 0.5)), smollm2_tokenizer)
     with pytest.raises(TrajectoryError, match="completion ids but"):
         check_trajectory(broken(good, lambda t: t.logprobs.pop()), smollm2_tokenizer)
@@ -117,7 +114,7 @@ def test_nonzero_env_logprob_and_bad_lengths_are_caught(good, smollm2_tokenizer)
 
 def test_edited_env_message_is_caught(good, smollm2_tokenizer):
     t = broken(good, lambda t: t.messages[3].__setitem__("content", "The capital of France is Lyon."))
-    with pytest.raises(TrajectoryError, match="turn 0: env tokens .* do not match the env text"):
+    with pytest.raises(TrajectoryError, match=r"turn 0: env tokens .* do not match the env text"):
         check_trajectory(t, smollm2_tokenizer)
 
 
@@ -129,6 +126,10 @@ def test_a_template_that_rewrites_history_is_not_prefix_stable(smollm2_tokenizer
         "{%- if m.role == 'assistant' and not loop.last -%}{{ m.content[:3] }}{%- else -%}{{ m.content }}{%- endif -%}"
         "<|im_end|>\n{%- endfor -%}"
     )
-    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "long answer"}, {"role": "user", "content": "u"}]
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "long answer"},
+        {"role": "user", "content": "u"},
+    ]
     with pytest.raises(TrajectoryError, match="not prefix-stable at message 2"):
         check_prefix_stable(tok, msgs)

@@ -63,7 +63,8 @@ def test_tools_go_into_the_system_prompt(smollm2_tokenizer):
 def test_assistant_tool_calls_render_only_without_content(smollm2_tokenizer):
     call = {"type": "function", "function": {"name": "lookup", "arguments": '{"country": "Peru"}'}}
     empty = render(smollm2_tokenizer, [{"role": "assistant", "content": None, "tool_calls": [call]}])
-    assert empty == '<|im_start|>assistant\n<tool_call>\n{"name": "lookup", "arguments": {"country": "Peru"}}\n</tool_call><|im_end|>\n'
+    expected_call = '<tool_call>\n{"name": "lookup", "arguments": {"country": "Peru"}}\n</tool_call>'
+    assert empty == f"<|im_start|>assistant\n{expected_call}<|im_end|>\n"
     verbatim = render(smollm2_tokenizer, [{"role": "assistant", "content": " raw  text ", "tool_calls": [call]}])
     assert verbatim == "<|im_start|>assistant\n raw  text <|im_end|>\n"
 
