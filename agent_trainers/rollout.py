@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -475,3 +476,18 @@ def _apply_text_step(ep: _Episode, step: tuple[Any, float, bool, bool, dict[str,
         ep.traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()} if terminated else {}
         reason = info.get("stop_reason") or ("answer" if terminated else "max_turns")
         ep.finish(str(reason), truncated=bool(truncated) and not terminated)
+
+
+# ---------------------------------------------------------------------- CLI
+def run_rollout_cli(args: Sequence[str] | argparse.Namespace | None = None) -> int:
+    """Entry point of ``python -m agent_trainers.rollout`` / ``agent-r1 rollout``.
+
+    See :func:`agent_trainers.rollout_cli.run_rollout_cli` (``--help`` lists the options).
+    """
+    from agent_trainers.rollout_cli import run_rollout_cli as run
+
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_rollout_cli())
