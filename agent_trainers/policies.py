@@ -337,9 +337,10 @@ class VLLMPolicy:
     def __init__(self, model: Any, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, **llm_kwargs: Any):
         try:
             import vllm
+            from vllm.inputs import TokensPrompt
         except ImportError as exc:
             raise ImportError("VLLMPolicy needs vLLM: pip install 'agent-r1-gym[vllm]' (vllm==0.31.0)") from exc
-        self._vllm = vllm
+        self._vllm, self._tokens_prompt = vllm, TokensPrompt
         self.tokenizer, self.seed, self._calls = tokenizer, seed, 0
         if isinstance(model, str):
             llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
@@ -371,7 +372,7 @@ class VLLMPolicy:
             seed=self.seed + self._calls,
         )
         self._calls += 1
-        token_prompts = [self._vllm.inputs.TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        token_prompts = [self._tokens_prompt(prompt_token_ids=list(p)) for p in prompts]
         outputs = self.llm.generate(token_prompts, params, use_tqdm=False)
         return [self._convert(o.outputs[0], stop) for o in outputs]
 

@@ -1,0 +1,169 @@
+"""Rollout engine overhead and tool-call overlap, each against a reference measured in the same run.
+
+1. Overhead. The engine plays ``episodes`` HotpotQA episodes with SmolLM2 on
+   CPU. Every batched generate call it makes is recorded (prompts, tokens
+   produced); the reference then replays exactly those calls as bare batched
+   ``model.generate`` (same prompts, left padding, sampling, each call forced to
+   its longest generation's length). Figure: engine tokens/s over the whole
+   rollout (generation, stop checks, log-probs, env steps, template deltas);
+   reference: bare-generate tokens/s for the same model tokens; ratio and
+   overhead ``engine_time / reference_time - 1`` (goal <= 10%).
+2. Tool overlap. ``overlap_episodes`` scripted episodes (a search call, then an
+   answer) on an env whose ``step`` sleeps ``tool_latency_s``. Figure: wall
+   time with the engine's thread pool; references: the same rollout with one
+   worker (the serial sum) and the ideal ``turns * latency`` (the max).
+
+Run: ``python benchmarks/rollout.py`` (defaults take a few minutes on 2 CPU cores);
+``python benchmarks/rollout.py --episodes 8 --max-new-tokens 64`` for a longer one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+import agent_gym  # noqa: F401  (registers the environment ids)
+from agent_trainers.models import load_smollm2
+from agent_trainers.policies import Generation, ScriptedPolicy, TransformersPolicy
+from agent_trainers.rollout import RolloutConfig, rollout
+
+
+@dataclass
+class Args:
+    """Benchmark settings (each is also a ``--flag``)."""
+
+    env_id: str = "AgentR1/HotpotQA-v0"
+    """Environment played (its embedded sample, no data files needed)."""
+    episodes: int = 4
+    """Episodes in the overhead run (one batch)."""
+    max_new_tokens: int = 32
+    """Tokens per turn in the overhead run."""
+    max_turns: int = 3
+    """Turn limit of the overhead run."""
+    temperature: float = 1.0
+    """Sampling temperature of both the engine and the reference."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)."""
+    tool_latency_s: float = 0.5
+    """Latency of every env step in the overlap run."""
+    overlap_episodes: int = 8
+    """Episodes in the overlap run."""
+    seed: int = 0
+    """Seed of sampling and resets."""
+
+
+class RecordingPolicy:
+    """Wraps a policy and records every generate call (prompts and generations)."""
+
+    def __init__(self, inner: TransformersPolicy):
+        self.inner, self.tokenizer = inner, inner.tokenizer
+        self.calls: list[tuple[list[list[int]], list[Generation]]] = []
+
+    def generate(self, prompts: list[list[int]], **kwargs: Any) -> list[Generation]:
+        gens = self.inner.generate(prompts, **kwargs)
+        self.calls.append(([list(p) for p in prompts], gens))
+        return gens
+
+
+@torch.inference_mode()
+def bare_generate(model: Any, tok: Any, prompts: list[list[int]], new_tokens: int, temperature: float) -> None:
+    """The reference: one plain batched ``model.generate`` call, forced to ``new_tokens``."""
+    width = max(len(p) for p in prompts)
+    pad = tok.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=temperature > 0,
+        temperature=temperature or None,
+        top_k=None,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=pad,
+    )
+
+
+def overhead(args: Args, model: Any, tok: Any) -> None:
+    policy = RecordingPolicy(TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed))
+    cfg = RolloutConfig(max_new_tokens_per_turn=args.max_new_tokens, max_turns=args.max_turns,
+                        temperature=args.temperature, max_total_tokens=4096)  # fmt: skip
+    start = time.perf_counter()
+    trajs = rollout(policy, args.env_id, task_indices=range(args.episodes), seed=args.seed, config=cfg)
+    engine_s = time.perf_counter() - start
+    tokens = sum(sum(t.loss_mask) for t in trajs)
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    for prompts, gens in policy.calls:
+        bare_generate(model, tok, prompts, max(len(g.token_ids) for g in gens), args.temperature)
+    ref_s = time.perf_counter() - start
+    turns = sum(len(t.turns) for t in trajs)
+    print(
+        f"overhead: {args.episodes} episodes, {turns} turns, {len(policy.calls)} generate calls, {tokens} model tokens"
+    )
+    print(f"  engine rollout        : {engine_s:7.2f} s  {tokens / engine_s:7.1f} tok/s")
+    print(f"  reference bare generate: {ref_s:7.2f} s  {tokens / ref_s:7.1f} tok/s (same prompts, same lengths)")
+    print(f"  ratio engine/reference tok/s: {ref_s / engine_s:.3f}   overhead: {100 * (engine_s / ref_s - 1):+.1f}%")
+
+
+class SleepyStep(gym.Wrapper):
+    """Every ``step`` first sleeps ``latency_s`` (a slow tool)."""
+
+    def __init__(self, env: gym.Env, latency_s: float):
+        super().__init__(env)
+        self.latency_s = latency_s
+
+    def step(self, action: Any) -> Any:
+        time.sleep(self.latency_s)
+        return self.env.step(action)
+
+
+def overlap(args: Args, tok: Any) -> None:
+    slow_id = "Bench/SlowStep-v0"
+    if slow_id not in gym.registry:
+        gym.register(slow_id, entry_point=lambda **kw: SleepyStep(gym.make(args.env_id, **kw), args.tool_latency_s))
+    script = ['<tool_call>\n{"name": "search", "arguments": {"query": "capital"}}\n</tool_call>', "<answer>x</answer>"]
+    turns = len(script)
+
+    def run(workers: int) -> float:
+        policy = ScriptedPolicy(tok, lambda ids: script[min(tok.decode(ids).count("<|im_start|>assistant") - 1, 1)])
+        cfg = RolloutConfig(tool_workers=workers, tool_timeout_s=60.0)
+        start = time.perf_counter()
+        trajs = rollout(policy, slow_id, task_indices=range(args.overlap_episodes), seed=args.seed, config=cfg)
+        assert all(len(t.turns) == turns for t in trajs), [t.stop_reason for t in trajs]
+        return time.perf_counter() - start
+
+    pooled, serial = run(args.overlap_episodes), run(1)
+    ideal = turns * args.tool_latency_s
+    n = args.overlap_episodes
+    print(f"tool overlap: {n} episodes x {turns} steps, step latency {args.tool_latency_s} s")
+    print(f"  engine ({n} workers)   : {pooled:6.2f} s")
+    print(f"  reference serial (1 worker, the sum): {serial:6.2f} s   ideal (the max, turns x latency): {ideal:.2f} s")
+    print(f"  ratio engine/ideal: {pooled / ideal:.2f}   serial/engine speed-up: {serial / pooled:.1f}x")
+
+
+def parse_args() -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in dataclasses.fields(Args):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    return Args(**vars(parser.parse_args()))
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(f"args: {args}  torch threads: {torch.get_num_threads()}")
+    model, tok = load_smollm2()
+    overhead(args, model, tok)
+    overlap(args, tok)
+
+
+if __name__ == "__main__":
+    main()
