@@ -166,7 +166,7 @@ def _tool_method(name: str, schema: Mapping[str, Any]) -> Callable[..., str]:
 
 
 def _answer_method() -> Callable[..., str]:
-    def answer(self: TRLEnvironment, answer: str) -> str:
+    def answer(self, answer: str) -> str:  # self unannotated: TRL derives the schema from the hints
         """Submit the final answer and end the episode.
 
         Args:
