@@ -4,7 +4,6 @@ import copy
 
 import gymnasium as gym
 import pytest
-import torch
 from trl import SFTConfig
 
 from agent_trainers.models import tiny_random_model
