@@ -23,25 +23,26 @@ DEMO_SETTINGS: dict[str, Any] = {
     "output_dir": "runs/demo",
     "model": {"name": "smollm2"},
     "env": {"id": "AgentR1/HotpotQA-v0", "train_kwargs": {"split": "train"}, "eval_kwargs": {"split": "test"}},
-    "sft": {"enabled": True, "episodes": 48, "epochs": 2.0, "learning_rate": 1e-4, "batch_size": 4},
+    "sft": {"enabled": True, "episodes": 16, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
     "grpo": {
         "enabled": True,
-        "steps": 6,
+        "steps": 4,
         "num_generations": 4,
-        "prompts_per_step": 2,
+        "prompts_per_step": 1,
         "learning_rate": 2e-6,
         "temperature": 1.0,
         "advantage": "turn",
-        "max_new_tokens_per_turn": 64,
+        "max_turns": 4,
+        "max_new_tokens_per_turn": 48,
         "max_total_tokens": 1536,
-        "save_steps": 3,
+        "save_steps": 2,
     },
-    "eval": {"tasks": 16, "temperature": 0.0, "every": 3},
+    "eval": {"tasks": 8, "temperature": 0.0, "every": 2},
 }
 """The demo's configuration (``configs/demo.yaml`` holds the same values)."""
 
 QUICK_OVERRIDES: dict[str, Any] = {
-    "sft": {"episodes": 8, "epochs": 1.0},
+    "sft": {"episodes": 4, "epochs": 1.0},
     "grpo": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "save_steps": 1},
     "eval": {"tasks": 4, "every": 0},
 }

@@ -8,7 +8,7 @@ from agent_trainers.config import LossType, TrainConfig, config_from_dict, load_
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "hotpotqa_grpo.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "hotpotqa_grpo.yaml", "hotpotqa_shared.yaml"])
 def test_shipped_configs_load(name):
     config = load_config(CONFIGS / name)
     assert isinstance(config.grpo.advantage, AdvantageMode)
