@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tasks", type=int, default=16, help="number of tasks (the first N)")
     ev.add_argument("--split", default="test", help="env split kwarg ('' for none)")
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
     demo = sub.add_parser("demo", help="the README's main job: SFT + GRPO on HotpotQA, before/after table")
     demo.add_argument("--config", default=None, help="config file (default: configs/demo.yaml's settings)")
@@ -107,6 +108,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from agent_trainers.train import load_policy_model, seed_everything
 
     seed_everything(args.seed)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     model, tok = load_policy_model(TrainConfig(), Path(args.model) if args.model else None)
     kwargs = {"split": args.split} if args.split else {}
     result = evaluate(

@@ -152,6 +152,9 @@ class TrainConfig:
 
     seed: int = 0
     """Seeds Python, NumPy, torch, the envs and the samplers."""
+    threads: int = 1
+    """torch CPU threads (0: torch's default). 1 by default: on a shared 2-core machine torch's
+    default of 2 threads oversubscribes the cores and made SmolLM2 decoding ~100x slower."""
     output_dir: str = "runs/agent-r1"
     """Metrics (JSONL), plots, checkpoints and the final model go here."""
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -185,6 +188,8 @@ class TrainConfig:
             raise ValueError(
                 f"sft.episodes must be >= sft.batch_size (got {self.sft.episodes} and {self.sft.batch_size})"
             )
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (got {self.threads})")
         if self.eval.tasks < 1:
             raise ValueError(f"eval.tasks must be >= 1 (got {self.eval.tasks})")
         if self.eval.every and self.grpo.enabled and self.grpo.steps % self.eval.every:

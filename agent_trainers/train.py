@@ -234,6 +234,8 @@ def run_training(config: TrainConfig, *, resume: bool = False) -> RunResult:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
+    if config.threads:
+        torch.set_num_threads(config.threads)
     log = MetricsLog(out / "metrics.jsonl")
     evals: list[tuple[str, EvalResult]] = []
     ev = _Evaluator(config, log, evals)

@@ -49,6 +49,8 @@ class Args:
     """Measured steps."""
     seed: int = 0
     """Seed of both runs."""
+    threads: int = 1
+    """torch CPU threads per run (1: avoids oversubscribing a shared 2-core machine)."""
     path: str = ""
     """Internal: run only this path (``ours`` or ``trl``) and print JSON."""
 
@@ -70,6 +72,7 @@ def _run_path(args: Args) -> dict[str, float]:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -77,6 +80,8 @@ def _run_path(args: Args) -> dict[str, float]:
     from agent_trainers.grpo import AgentGRPOTrainer, EnvRolloutFunc, env_reward, grpo_dataset_rows, make_grpo_config
     from agent_trainers.rollout import RolloutConfig
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model, tok = _model(args)
     total = args.warmup + args.steps
     common = {
