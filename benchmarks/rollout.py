@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,8 @@ class Args:
     """Episodes in the overlap run."""
     seed: int = 0
     """Seed of sampling and resets."""
+    repeats: int = 2
+    """Engine and reference runs alternate this many times; medians are reported (the box is shared)."""
 
 
 class RecordingPolicy:
@@ -65,9 +68,12 @@ class RecordingPolicy:
     def __init__(self, inner: TransformersPolicy):
         self.inner, self.tokenizer = inner, inner.tokenizer
         self.calls: list[tuple[list[list[int]], list[Generation]]] = []
+        self.generate_s = 0.0
 
     def generate(self, prompts: list[list[int]], **kwargs: Any) -> list[Generation]:
+        start = time.perf_counter()
         gens = self.inner.generate(prompts, **kwargs)
+        self.generate_s += time.perf_counter() - start
         self.calls.append(([list(p) for p in prompts], gens))
         return gens
 
@@ -92,25 +98,36 @@ def bare_generate(model: Any, tok: Any, prompts: list[list[int]], new_tokens: in
 
 
 def overhead(args: Args, model: Any, tok: Any) -> None:
-    policy = RecordingPolicy(TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed))
     cfg = RolloutConfig(max_new_tokens_per_turn=args.max_new_tokens, max_turns=args.max_turns,
                         temperature=args.temperature, max_total_tokens=4096)  # fmt: skip
-    start = time.perf_counter()
-    trajs = rollout(policy, args.env_id, task_indices=range(args.episodes), seed=args.seed, config=cfg)
-    engine_s = time.perf_counter() - start
+    engine, inside, reference = [], [], []
+    for _ in range(args.repeats):
+        policy = RecordingPolicy(TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed))
+        start = time.perf_counter()
+        trajs = rollout(policy, args.env_id, task_indices=range(args.episodes), seed=args.seed, config=cfg)
+        engine.append(time.perf_counter() - start)
+        inside.append(policy.generate_s)
+        torch.manual_seed(args.seed)
+        start = time.perf_counter()
+        for prompts, gens in policy.calls:
+            bare_generate(model, tok, prompts, max(len(g.token_ids) for g in gens), args.temperature)
+        reference.append(time.perf_counter() - start)
+    engine_s, ref_s, gen_s = statistics.median(engine), statistics.median(reference), statistics.median(inside)
     tokens = sum(sum(t.loss_mask) for t in trajs)
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    for prompts, gens in policy.calls:
-        bare_generate(model, tok, prompts, max(len(g.token_ids) for g in gens), args.temperature)
-    ref_s = time.perf_counter() - start
     turns = sum(len(t.turns) for t in trajs)
     print(
         f"overhead: {args.episodes} episodes, {turns} turns, {len(policy.calls)} generate calls, {tokens} model tokens"
     )
-    print(f"  engine rollout        : {engine_s:7.2f} s  {tokens / engine_s:7.1f} tok/s")
-    print(f"  reference bare generate: {ref_s:7.2f} s  {tokens / ref_s:7.1f} tok/s (same prompts, same lengths)")
+    print(f"  engine rollout         : {engine_s:7.2f} s  {tokens / engine_s:7.1f} tok/s  (runs: {_fmt(engine)})")
+    print(
+        f"    of which policy.generate: {gen_s:7.2f} s; env steps + templates + tokenization: {engine_s - gen_s:.2f} s"
+    )
+    print(f"  reference bare generate: {ref_s:7.2f} s  {tokens / ref_s:7.1f} tok/s  (runs: {_fmt(reference)})")
     print(f"  ratio engine/reference tok/s: {ref_s / engine_s:.3f}   overhead: {100 * (engine_s / ref_s - 1):+.1f}%")
+
+
+def _fmt(xs: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs)
 
 
 class SleepyStep(gym.Wrapper):
