@@ -55,6 +55,17 @@ def test_train_writes_metrics_plots_checkpoints_and_resumes(tmp_path, capsys):
     assert [r["phase"] for r in records if r["stage"] == "eval"][4:] == ["final"]
     assert {r["step"] for r in records if r["stage"] == "grpo" and "reward" in r} == {1, 2, 3}
     assert (run / "grpo" / "checkpoint-3").is_dir()
+    # the trained model evaluates from its folder
+    capsys.readouterr()
+    assert main(["eval", "--env", ENV_ID, "--model", str(run / "final"), "--tasks", "1", "--split", ""]) == 0
+    assert "episodes" in capsys.readouterr().out
+
+
+def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["rollout", "--help"])
+    assert exit_info.value.code == 0
+    assert "usage" in capsys.readouterr().out.lower()
 
 
 def test_envs_lists_registry(capsys):
