@@ -166,7 +166,7 @@ def test_smollm2_gguf_is_found_without_importing_the_package():
 
 
 @pytest.mark.slow
-def test_smollm2_rollout_is_token_exact():
+def test_smollm2_rollout_is_token_exact(one_thread):
     model, tok = load_smollm2()
     policy = TransformersPolicy(model, tok, seed=0)
     cfg = RolloutConfig(max_new_tokens_per_turn=48, max_total_tokens=1024, temperature=0.7, group_size=2)
