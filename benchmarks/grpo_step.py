@@ -42,7 +42,10 @@ class Args:
     max_turns: int = 2
     """Turn limit (ours: env turns; TRL: tool-calling iterations)."""
     max_new_tokens_per_turn: int = 64
-    """Tokens generated per turn (TRL: ``max_completion_length`` = turns * this)."""
+    """Tokens the model may generate per turn (ours; TRL has no per-turn cap)."""
+    completion_budget: int = 512
+    """Completion tokens (model + tool tokens) per rollout, both paths: TRL's ``max_completion_length``;
+    ours: ``max_total_tokens`` = the longest prompt + this."""
     warmup: int = 1
     """Steps run before measuring."""
     steps: int = 2
@@ -95,14 +98,24 @@ def _run_path(args: Args) -> dict[str, float]:
     tasks = list(range(total))
     if args.path == "ours":
         rows = grpo_dataset_rows(args.env_id, tasks)
+        longest = max(
+            len(
+                tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
+                    "input_ids"
+                ]
+            )
+            for r in rows
+        )
         rc = RolloutConfig(
-            max_turns=args.max_turns, max_new_tokens_per_turn=args.max_new_tokens_per_turn, max_total_tokens=4096
+            max_turns=args.max_turns,
+            max_new_tokens_per_turn=args.max_new_tokens_per_turn,
+            max_total_tokens=longest + args.completion_budget,
         )
         trainer = AgentGRPOTrainer(
             model=model,
             processing_class=tok,
             reward_funcs=[env_reward],
-            args=make_grpo_config(max_completion_length=4096, **common),
+            args=make_grpo_config(max_completion_length=args.completion_budget, **common),
             train_dataset=Dataset.from_list(rows),
             rollout_func=EnvRolloutFunc(rows, config=rc, seed=args.seed),
             advantage="turn",
@@ -110,7 +123,7 @@ def _run_path(args: Args) -> dict[str, float]:
     else:
         with_hermes_response_parser(tok)
         cfg = make_grpo_config(
-            max_completion_length=args.max_turns * args.max_new_tokens_per_turn,
+            max_completion_length=args.completion_budget,
             max_tool_calling_iterations=args.max_turns,
             **common,
         )
@@ -144,7 +157,10 @@ def main() -> None:
             sys.exit(f"{path} run failed:\n{proc.stderr[-3000:]}")
         results[path] = json.loads(lines[-1][len("RESULT ") :])
     ours, ref = results["ours"], results["trl"]
-    print(f"GRPO step, {args.model}, {args.env_id}, G={args.num_generations}, {args.max_turns} turns")
+    print(
+        f"GRPO step, {args.model}, {args.env_id}, G={args.num_generations}, {args.max_turns} turns, "
+        f"{args.completion_budget} completion tokens"
+    )
     print(f"{'path':28s} {'s/step':>8s} {'peak RSS MB':>12s}")
     print(f"{'ours (rollout_func)':28s} {ours['s_per_step']:8.2f} {ours['peak_rss_mb']:12.0f}")
     print(f"{'TRL environment_factory':28s} {ref['s_per_step']:8.2f} {ref['peak_rss_mb']:12.0f}")
