@@ -34,7 +34,7 @@ class Args:
     """Benchmark settings (every field is a command-line flag)."""
 
     model: str = "smollm2"
-    """``smollm2`` or ``tiny-random``."""
+    """``smollm2``, ``tiny-random``, or a checkpoint folder (e.g. a run's ``sft/``, a policy that calls tools)."""
     env_id: str = "AgentR1/HotpotQA-v0"
     """Environment played by both paths."""
     num_generations: int = 4
@@ -68,7 +68,16 @@ def _parse() -> Args:
 def _model(args: Args):
     from agent_trainers.models import load_smollm2, tiny_random_model
 
-    return load_smollm2() if args.model == "smollm2" else tiny_random_model()
+    if args.model == "smollm2":
+        return load_smollm2()
+    if args.model == "tiny-random":
+        return tiny_random_model()
+    from pathlib import Path
+
+    from agent_trainers.config import TrainConfig
+    from agent_trainers.train import load_policy_model
+
+    return load_policy_model(TrainConfig(), Path(args.model))
 
 
 def _run_path(args: Args) -> dict[str, float]:
