@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -321,6 +322,9 @@ def _check_sampling(max_new_tokens: int, temperature: float, top_p: float) -> No
 class VLLMPolicy:
     """vLLM generation for GPU users (extra ``vllm==0.31.0``); same interface.
 
+    Experimental: written against vLLM's documented API but never run by this
+    project's CI (no GPU, no vLLM wheel there); it warns when constructed.
+
     Prompts go in as ``TokensPrompt`` s and the sampled ``token_ids`` come back
     unchanged; ``SamplingParams(logprobs=0)`` returns the sampled token's
     log-prob, with ``logprobs_mode="processed_logprobs"`` so that it is taken
@@ -340,6 +344,11 @@ class VLLMPolicy:
             from vllm.inputs import TokensPrompt
         except ImportError as exc:
             raise ImportError("VLLMPolicy needs vLLM: pip install 'agent-r1-gym[vllm]' (vllm==0.31.0)") from exc
+        warnings.warn(
+            "VLLMPolicy is experimental: it is not exercised by the test suite; check its log-probs "
+            "against TransformersPolicy on your model before training with it",
+            stacklevel=2,
+        )
         self._vllm, self._tokens_prompt = vllm, TokensPrompt
         self.tokenizer, self.seed, self._calls = tokenizer, seed, 0
         if isinstance(model, str):
