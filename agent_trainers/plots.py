@@ -40,7 +40,10 @@ def plot_metrics(
 ) -> Path | None:
     """Plot ``keys`` against ``x`` (one panel per key) and save a PNG.
 
-    Records lacking ``x`` or a key are skipped for that key.
+    Records lacking ``x`` or a key are skipped for that key. Records whose
+    ``phase`` is ``"before"`` (the untrained model) are drawn as separate red
+    crosses rather than joined to the training curve, which starts at the same
+    step.
 
     Returns:
         The PNG path, or None if nothing could be plotted.
@@ -50,14 +53,22 @@ def plot_metrics(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = {k: [(r[x], r[k]) for r in records if x in r and isinstance(r.get(k), int | float)] for k in keys}
+    usable = [r for r in records if x in r]
+    series = {
+        k: [(r[x], r[k], r.get("phase") == "before") for r in usable if isinstance(r.get(k), int | float)] for k in keys
+    }
     series = {k: v for k, v in series.items() if v}
     if not series:
         return None
     fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3.2), squeeze=False)
     for ax, (key, points) in zip(axes[0], series.items(), strict=True):
-        xs, ys = zip(*points, strict=True)
-        ax.plot(xs, ys, marker="o")
+        curve = [(px, py) for px, py, before in points if not before]
+        base = [(px, py) for px, py, before in points if before]
+        if curve:
+            ax.plot(*zip(*curve, strict=True), marker="o", label="trained")
+        if base:
+            ax.scatter(*zip(*base, strict=True), marker="x", color="red", s=60, zorder=3, label="before training")
+            ax.legend(fontsize=8)
         ax.set_xlabel(x)
         ax.set_title(key)
         ax.grid(alpha=0.3)
