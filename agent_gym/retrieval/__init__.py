@@ -21,6 +21,7 @@ from agent_gym.retrieval.base import Retriever
 from agent_gym.retrieval.bm25 import Analyzer, BM25Retriever
 from agent_gym.retrieval.corpus import Hit, Passage, dedupe_passages, load_corpus, parse_contents, passage_id
 from agent_gym.retrieval.dense import DenseRetriever
+from agent_gym.retrieval.lucene import LuceneRetriever
 from agent_gym.retrieval.remote import RemoteRetriever, RemoteRetrieverError
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "BM25Retriever",
     "DenseRetriever",
     "Hit",
+    "LuceneRetriever",
     "Passage",
     "RemoteRetriever",
     "RemoteRetrieverError",
