@@ -2,8 +2,10 @@
 
 :class:`DenseRetriever` encodes every passage once into L2-normalised
 ``float32`` embeddings, so a query's cosine similarity to all passages is one
-matrix-vector product, and the exact top-k is selected from it (ties go to
-the earlier passage, as in :class:`~agent_gym.retrieval.BM25Retriever`).
+matrix-vector product, and the exact top-k is selected from it (equal scores
+go to the earlier passage, as in :class:`~agent_gym.retrieval.BM25Retriever`;
+note that BLAS may round the products of two identical rows differently in
+the last bit, so passages with identical text can come in either order).
 ``allowed=`` restricts the product to the allowed rows, so the distractor
 setting is served exactly from one pooled index.
 
@@ -195,8 +197,7 @@ class DenseRetriever:
         self.loaded_from_cache = False
         matrix = self._load_cached_matrix()
         if matrix is None:
-            with self._lock:
-                matrix = self._encode([p.contents for p in self.passages], query=False, show_progress=show_progress)
+            matrix = self._encode_corpus(show_progress)
             self._save_matrix(matrix)
         else:
             self.loaded_from_cache = True
@@ -332,6 +333,17 @@ class DenseRetriever:
             show_progress_bar=show_progress,
         )
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def _encode_corpus(self, show_progress: bool) -> np.ndarray:
+        """Embeddings of every passage (identical contents are encoded once and share a row's values)."""
+        contents = [p.contents for p in self.passages]
+        unique = list(dict.fromkeys(contents))
+        with self._lock:
+            vectors = self._encode(unique, query=False, show_progress=show_progress)
+        if len(unique) == len(contents):
+            return vectors
+        row = {c: i for i, c in enumerate(unique)}
+        return vectors[[row[c] for c in contents]]
 
     def _remember(self, pairs: Any) -> None:
         if self.query_cache_size == 0:
