@@ -17,10 +17,12 @@ Two ways to get one:
 
 ``allowed=`` adds a Lucene ``FILTER`` clause (a ``TermInSetQuery`` on the
 ``id`` field) to the BM25 query, so the result is the exact top-k among the
-allowed ids. Lucene returns only documents matching at least one query term;
-ties are broken by index order (corpus order for an index built here). Note
-that Anserini rounds scores to 4 decimal places, which makes ties more common
-than with ``bm25s``.
+allowed ids. Lucene returns only documents matching at least one query term.
+Scores and ties follow Anserini's rule: scores are rounded to 4 decimal places,
+tied documents are ordered by id (string order), and each later document of a
+tie is lowered by 1e-6 per position so the list stays strictly decreasing.
+Hence a score may differ by a few 1e-6 between an ``allowed=`` search and an
+unrestricted one (the ties differ), while the order is the same.
 
 Java: pyserini 1.6 needs Java 21 or newer. Before the JVM starts (on the first
 construction), if ``JAVA_HOME`` is unset, the newest JDK 21+ found under
@@ -230,8 +232,7 @@ class LuceneRetriever:
         b: BM25 length normalisation, in [0, 1].
         cache_dir: Folder holding one index per corpus key (default
             :func:`default_cache_dir`).
-        threads: Indexing threads (1 keeps documents in corpus order, so ties
-            go to the earlier passage).
+        threads: Indexing threads for a new index.
 
     Attributes:
         passages: The unique passages in index order; empty for :meth:`from_index`.
