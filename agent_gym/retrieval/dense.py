@@ -23,8 +23,8 @@ Example:
     >>> from agent_gym.retrieval import DenseRetriever, Passage
     >>> docs = [Passage("a", "Paris", "Paris is the capital of France."),
     ...         Passage("b", "Tokyo", "Tokyo is the capital of Japan.")]
-    >>> retriever = DenseRetriever(docs, cache_dir=None)  # doctest: +SKIP
-    >>> [h.passage.id for h in retriever.search("Which city governs Japan?", k=1)]  # doctest: +SKIP
+    >>> retriever = DenseRetriever(docs, cache_dir=None)
+    >>> [h.passage.id for h in retriever.search("Which city governs Japan?", k=1)]
     ['b']
 """
 
@@ -217,8 +217,9 @@ class DenseRetriever:
         Args:
             passages: The corpus.
             model: As in the constructor.
-            **kwargs: Other constructor arguments (they do not change the
-                embeddings, so they are not part of the key; the first call's win).
+            **kwargs: Other constructor arguments. They are not part of the
+                key (none changes the embeddings beyond float rounding), so
+                the first call's settings win.
 
         Thread-safe: concurrent calls for the same corpus build it once.
         """
@@ -247,6 +248,11 @@ class DenseRetriever:
     def __repr__(self) -> str:
         n, dim = self.embeddings.shape
         return f"DenseRetriever({n} passages, dim={dim}, model_key={self.model_key[:10]!r})"
+
+    def clear_query_cache(self) -> None:
+        """Forget the remembered query embeddings (e.g. before timing the encoder)."""
+        with self._lock:
+            self._query_cache.clear()
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Unit-norm float32 embeddings of ``queries``, one row each (LRU-cached per query text)."""
