@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 from agent_gym.retrieval.bm25 import _check_k, corpus_key
 from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list, parse_contents
 
-__all__ = ["LuceneRetriever", "default_cache_dir", "find_java_home"]
+__all__ = ["LuceneRetriever", "build_index", "default_cache_dir", "find_java_home"]
 
 _EXTRA_HINT = "pip install 'agent-r1-gym[lucene]'"
 _MIN_JAVA = 21
