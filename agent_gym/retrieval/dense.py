@@ -391,6 +391,7 @@ class DenseRetriever:
             fd, tmp = tempfile.mkstemp(dir=self.cache_path.parent, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 np.save(f, matrix, allow_pickle=False)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; let other users of a shared cache folder read it
             os.replace(tmp, self.cache_path)
         except OSError as e:
             warnings.warn(f"could not write embedding cache {self.cache_path}: {e}", stacklevel=3)

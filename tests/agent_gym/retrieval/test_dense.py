@@ -209,6 +209,8 @@ def test_second_instance_loads_embeddings_from_disk_without_encoding(retriever, 
 def test_corrupt_cache_file_is_warned_about_and_rebuilt(retriever, tmp_path):
     first = DenseRetriever(PASSAGES[:3], model=retriever.model, cache_dir=tmp_path)
     assert not first.loaded_from_cache and first.cache_path is not None
+    assert first.cache_path.stat().st_mode & 0o777 == 0o644
+    assert [f.name for f in tmp_path.iterdir()] == [first.cache_path.name]  # no temp file left behind
     first.cache_path.write_bytes(b"not a numpy file")
     with pytest.warns(UserWarning, match="ignoring"):
         rebuilt = DenseRetriever(PASSAGES[:3], model=retriever.model, cache_dir=tmp_path)
