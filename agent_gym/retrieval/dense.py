@@ -119,13 +119,19 @@ def _folder_fingerprint(folder: Path) -> str:
 
 def _weights_fingerprint(model: Any) -> str:
     """sha1 over the in-memory model's parameter names and values (one pass over the weights)."""
-    import torch
-
+    torch = _torch()
     h = hashlib.sha1(type(model).__qualname__.encode())
     for name, tensor in model.state_dict().items():
         h.update(name.encode())
         h.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def _torch() -> Any:
+    """The torch module (installed with sentence-transformers; imported only once a model is loaded)."""
+    import torch
+
+    return torch
 
 
 def _model_key(model: str | Path | SentenceTransformer | None) -> str:
@@ -201,6 +207,7 @@ class DenseRetriever:
             self._save_matrix(matrix)
         else:
             self.loaded_from_cache = True
+        self._matrix = _torch().from_numpy(matrix)  # shares memory with the numpy view below
         matrix.setflags(write=False)
         self.embeddings: np.ndarray = matrix
 
@@ -268,7 +275,7 @@ class DenseRetriever:
 
     def scores(self, query: str) -> np.ndarray:
         """Cosine similarity of ``query`` to every passage (float32, index order)."""
-        return self.embeddings @ self.encode_queries([query])[0]
+        return self._similarities(self.encode_queries([query]), None)[0]
 
     def search(self, query: str, k: int = 5, allowed: Collection[str] | None = None) -> list[Hit]:
         """The top-``k`` passages by cosine similarity (see :class:`~agent_gym.retrieval.Retriever`).
@@ -298,12 +305,21 @@ class DenseRetriever:
         results: list[list[Hit]] = [[] for _ in queries]
         if not live:
             return results
-        q_emb = self.encode_queries([queries[i] for i in live])
-        rows = self.embeddings if candidates is None else self.embeddings[candidates]
-        sims = q_emb @ rows.T
+        sims = self._similarities(self.encode_queries([queries[i] for i in live]), candidates)
         for j, i in enumerate(live):
             results[i] = self._top_k(sims[j], k, candidates)
         return results
+
+    def _similarities(self, q_emb: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
+        """``(queries, candidates)`` cosine similarities, computed by torch.
+
+        torch rather than numpy: numpy's BLAS thread pool and torch's (busy
+        encoding the query) oversubscribe the cores; on 2 cores, single
+        searches over 10,787 passages ran at 37/s with numpy, 92/s with torch.
+        """
+        torch = _torch()
+        rows = self._matrix if candidates is None else self._matrix[torch.from_numpy(candidates)]
+        return (torch.from_numpy(q_emb) @ rows.T).numpy()
 
     def _allowed_positions(self, allowed: Collection[str] | None) -> np.ndarray | None:
         """Sorted corpus positions of the allowed ids (``None`` = the whole corpus)."""
