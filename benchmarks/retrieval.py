@@ -21,18 +21,22 @@ building a tiny per-question index on every reset.
 Optional backends (``--backends bm25s,dense``) add rows on the same questions
 next to a bm25s run measured in the same process: ``dense`` is DenseRetriever
 (all-MiniLM-L6-v2; its "index time" is the corpus encoding, or the load of
-the on-disk embedding cache when ``from cache`` is shown). bm25s always runs.
+the on-disk embedding cache when ``from cache`` is shown); ``lucene`` is
+LuceneRetriever (pyserini; its index time is a real build into a fresh
+temporary folder, after a warm-up that starts the JVM). bm25s always runs.
 
 Usage:
     python benchmarks/retrieval.py
     python benchmarks/retrieval.py --datasets hotpotqa --backends bm25s,dense
     python benchmarks/retrieval.py --datasets hotpotqa --reference-queries 500
+    python benchmarks/retrieval.py --datasets hotpotqa --backends bm25s,lucene
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -315,6 +319,48 @@ def dense_rows(name: str, questions: list[Question], args: Args) -> list[list[st
 
 OPTIONAL_BACKENDS: dict[str, Callable[[str, list[Question], Args], list[list[str]]]] = {"dense": dense_rows}
 """Backends beyond bm25s that ``--backends`` may name: rows for the main table per dataset."""
+
+
+def lucene_rows(name: str, questions: list[Question], args: Args) -> list[list[str]]:
+    """LuceneRetriever (pyserini) next to bm25s timed on the same query cycle; ratio rows: lucene / bm25s."""
+    from agent_gym.retrieval import LuceneRetriever
+
+    pooled = dedupe_passages(p for q in questions for p in q.context)
+    bm25 = BM25Retriever(pooled, k1=args.k1, b=args.b)
+    tmp = tempfile.TemporaryDirectory(prefix="bench-lucene-")
+    LuceneRetriever(pooled[:2], cache_dir=tmp.name)  # starts the JVM, untimed
+    start = time.perf_counter()
+    lucene = LuceneRetriever(pooled, k1=args.k1, b=args.b, cache_dir=tmp.name)
+    index = f"{time.perf_counter() - start:.2f} s ({len(pooled):,} passages)"
+    texts = [q.text for q in questions]
+    allowed = [[p.id for p in q.context] for q in questions]
+    cycle = [texts[i % len(texts)] for i in range(args.single_queries)]
+    rows = []
+    for corpus, al in (("question", allowed), ("pooled", [None] * len(texts))):
+        cycle_al = [al[i % len(al)] for i in range(len(cycle))]
+        ids, speeds = {}, {}
+        for label, r in (("bm25s (ours)", bm25), ("lucene", lucene)):
+            ids[label] = [[h.passage.id for h in r.search(t, 5, a)] for t, a in zip(texts, al, strict=True)]
+            work = list(zip(cycle, cycle_al, strict=True))
+            speeds[label] = per_second(lambda r=r, work=work: [r.search(t, 5, a) for t, a in work], len(cycle))
+        batch = per_second(lambda: lucene.search_batch(cycle, 5), len(cycle)) if corpus == "pooled" else None
+        for label in ids:
+            index_cell = "-" if label != "lucene" else index if corpus == "pooled" else "same index"
+            batch_cell = f"{batch:,.0f}" if batch and label == "lucene" else "-"
+            rows.append(
+                _row(
+                    name, corpus, label, index_cell, ids=ids[label], qs=questions, speed=speeds[label], batch=batch_cell
+                )
+            )
+        ratio = f"x{speeds['lucene'] / speeds['bm25s (ours)']:.2f}"
+        rows.append(
+            ["", "", "lucene / bm25s", "", *_diff(ids["lucene"], ids["bm25s (ours)"], questions), "", ratio, ""]
+        )
+    tmp.cleanup()
+    return rows
+
+
+OPTIONAL_BACKENDS["lucene"] = lucene_rows
 
 
 def main(args: Args) -> None:
