@@ -44,7 +44,7 @@ from agent_gym.retrieval import BM25Retriever, Passage, dedupe_passages, load_co
 from agent_gym.rewards import make_rubric
 from agent_gym.tools.search import SearchTool
 
-__all__ = ["CorpusMode", "MultiHopQAEnv", "load_tasks"]
+__all__ = ["CorpusMode", "MultiHopQAEnv", "RetrieverBackend", "load_tasks"]
 
 TASK_PROMPT = (
     "Answer the multi-hop question from the user. The answer depends on facts spread over more than one "
@@ -96,6 +96,30 @@ def load_tasks(
     return tuple(tasks)
 
 
+class RetrieverBackend(StrEnum):
+    """Search backends for the QA envs (``retriever=``); all share the ``Retriever`` protocol."""
+
+    BM25 = "bm25"
+    """bm25s + PyStemmer (the default; no extra needed)."""
+    LUCENE = "lucene"
+    """pyserini / Anserini BM25 (extra ``lucene``; needs Java 21+)."""
+    DENSE = "dense"
+    """sentence-transformers all-MiniLM-L6-v2 embeddings (extra ``dense``; slow to encode on CPU)."""
+
+
+def _make_retriever(backend: str | RetrieverBackend, passages: Sequence[Passage]) -> Any:
+    backend = RetrieverBackend(backend)
+    if backend is RetrieverBackend.LUCENE:
+        from agent_gym.retrieval.lucene import LuceneRetriever
+
+        return LuceneRetriever.cached(passages)
+    if backend is RetrieverBackend.DENSE:
+        from agent_gym.retrieval.dense import DenseRetriever
+
+        return DenseRetriever.cached(passages)
+    return BM25Retriever.cached(passages)
+
+
 class MultiHopQAEnv(ToolEnv[QATask]):
     """Multi-hop QA through a ``search`` tool (HotpotQA, 2WikiMultihopQA, MuSiQue).
 
@@ -118,6 +142,9 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         tool_noise: A :class:`~agent_gym.core.noise.ToolNoise` or a dict of its fields.
         top_k: Passages per search.
+        retriever: Search backend, ``"bm25"`` (default), ``"lucene"`` or
+            ``"dense"`` (see :class:`RetrieverBackend`); one index per corpus
+            is built and shared by every env in the process.
         max_passage_chars: Each passage is cut to this many characters.
         limit: Use only the first ``limit`` tasks of the split.
         **kwargs: Further :class:`~agent_gym.core.env.ToolEnv` arguments
@@ -137,6 +164,7 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         shaping_gamma: float | None = None,
         tool_noise: ToolNoise | Mapping[str, Any] | None = None,
         top_k: int = 3,
+        retriever: str = "bm25",
         max_passage_chars: int = 600,
         limit: int | None = None,
         **kwargs: Any,
@@ -148,7 +176,7 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         self.top_k = top_k
         self.max_passage_chars = max_passage_chars
         self.corpus_mode, passages = self._corpus_passages(corpus)
-        self.retriever = BM25Retriever.cached(passages)
+        self.retriever = _make_retriever(retriever, passages)
         self._title_of = {p.id: p.title for p in self.retriever.passages}
         self._shared_tool = None if self.corpus_mode is CorpusMode.QUESTION else self._search_tool(None)
         self._oracle_queries: dict[tuple[int, str], str | None] = {}

@@ -286,3 +286,22 @@ def test_repeated_task_ids_warn_and_select_the_first(shared_data: Path) -> None:
     assert repeated  # the fullwiki file shares questions with the distractor files
     for task_id, where in repeated.items():
         assert env.task_index_of(task_id) == where[0]
+
+
+@pytest.mark.parametrize(("backend", "module"), [("lucene", "pyserini"), ("dense", "sentence_transformers")])
+def test_optional_retriever_backends_serve_the_oracle(backend, module):
+    pytest.importorskip(module)
+    env = gym.make("AgentR1/HotpotQA-v0", retriever=backend)
+    assert type(env.unwrapped.retriever).__name__.lower().startswith(backend)
+    for i in range(env.unwrapped.num_tasks()):
+        env.reset(seed=i, options={"task_index": i})
+        while True:
+            _, _, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+            if terminated or truncated:
+                break
+        assert terminated and info["evidence_found"] == info["evidence_total"]
+
+
+def test_unknown_retriever_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="faiss"):
+        gym.make("AgentR1/HotpotQA-v0", retriever="faiss")
