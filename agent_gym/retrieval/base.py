@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Protocol, runtime_checkable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Sequence
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from agent_gym.retrieval.corpus import Hit, Passage
 
-__all__ = ["Retriever"]
+__all__ = ["InstanceCache", "Retriever"]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -37,3 +41,42 @@ class Retriever(Protocol):
     ) -> list[list[Hit]]:
         """:meth:`search` for many queries at once (one result list per query, same order)."""
         ...
+
+
+class InstanceCache(Generic[T]):
+    """A thread-safe LRU map from a corpus key to one shared retriever instance.
+
+    Backs each backend's ``cached()`` classmethod: N environments over the
+    same corpus get the same index, and concurrent first calls build it once.
+
+    Args:
+        size: How many distinct instances to keep (least recently used evicted).
+    """
+
+    def __init__(self, size: int):
+        if size < 1:
+            raise ValueError(f"size must be >= 1 (got {size})")
+        self.size = size
+        self._items: OrderedDict[str, T] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_build(self, key: str, build: Callable[[], T]) -> T:
+        """The instance stored under ``key``, building (and storing) it if absent."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+            made = build()
+            self._items[key] = made
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+            return made
+
+    def clear(self) -> None:
+        """Forget every stored instance."""
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)

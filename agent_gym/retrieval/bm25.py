@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 from typing import ClassVar
 
@@ -39,6 +38,7 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
+from agent_gym.retrieval.base import InstanceCache
 from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
 
 __all__ = ["Analyzer", "BM25Retriever", "corpus_key"]
@@ -96,10 +96,8 @@ class BM25Retriever:
         passages: The unique passages, in index order.
     """
 
-    _cache: ClassVar[OrderedDict[str, BM25Retriever]] = OrderedDict()
-    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
-    cache_size: ClassVar[int] = 8
-    """How many distinct corpora :meth:`cached` keeps (least recently used evicted)."""
+    _cache: ClassVar[InstanceCache[BM25Retriever]] = InstanceCache(size=8)
+    """The instances :meth:`cached` shares: 8 distinct corpora, least recently used evicted."""
 
     def __init__(
         self, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75, stemmer: str | None = "english"
@@ -131,27 +129,17 @@ class BM25Retriever:
         """One shared instance per distinct corpus and settings, so N envs build the index once.
 
         The key is a sha1 of every passage's id, title and text plus the
-        settings; the :attr:`cache_size` most recently used indexes are kept.
+        settings; the 8 most recently used indexes are kept (``_cache.size``).
         Thread-safe: concurrent calls for the same corpus build it once.
         """
         items = as_passage_list(passages)
         key = corpus_key(items, cls.__qualname__, k1, b, stemmer)
-        with cls._cache_lock:
-            found = cls._cache.get(key)
-            if found is not None:
-                cls._cache.move_to_end(key)
-                return found
-            made = cls(items, k1=k1, b=b, stemmer=stemmer)
-            cls._cache[key] = made
-            while len(cls._cache) > cls.cache_size:
-                cls._cache.popitem(last=False)
-            return made
+        return cls._cache.get_or_build(key, lambda: cls(items, k1=k1, b=b, stemmer=stemmer))
 
     @classmethod
     def clear_cache(cls) -> None:
         """Forget every index held by :meth:`cached`."""
-        with cls._cache_lock:
-            cls._cache.clear()
+        cls._cache.clear()
 
     def __len__(self) -> int:
         return len(self.passages)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from agent_gym.retrieval.base import InstanceCache
 from agent_gym.retrieval.bm25 import corpus_key
 from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
 
@@ -169,9 +170,7 @@ class DenseRetriever:
     two threads at once) is behind a lock; scoring reads only frozen arrays.
     """
 
-    _cache: ClassVar[OrderedDict[str, DenseRetriever]] = OrderedDict()
-    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
-    cache_size: ClassVar[int] = 4
+    _cache: ClassVar[InstanceCache[DenseRetriever]] = InstanceCache(size=4)
     """How many distinct corpora :meth:`cached` keeps in memory (least recently used evicted)."""
 
     def __init__(
@@ -231,23 +230,13 @@ class DenseRetriever:
         Thread-safe: concurrent calls for the same corpus build it once.
         """
         items = as_passage_list(passages)
-        with cls._cache_lock:
-            key = corpus_key(items, cls.__qualname__, _model_key(model))
-            found = cls._cache.get(key)
-            if found is not None:
-                cls._cache.move_to_end(key)
-                return found
-            made = cls(items, model=model, **kwargs)
-            cls._cache[key] = made
-            while len(cls._cache) > cls.cache_size:
-                cls._cache.popitem(last=False)
-            return made
+        key = corpus_key(items, cls.__qualname__, _model_key(model))
+        return cls._cache.get_or_build(key, lambda: cls(items, model=model, **kwargs))
 
     @classmethod
     def clear_cache(cls) -> None:
         """Forget every instance held by :meth:`cached` (the disk cache is kept)."""
-        with cls._cache_lock:
-            cls._cache.clear()
+        cls._cache.clear()
 
     def __len__(self) -> int:
         return len(self.passages)

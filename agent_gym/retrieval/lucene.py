@@ -51,11 +51,11 @@ import re
 import subprocess
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agent_gym.retrieval.base import InstanceCache
 from agent_gym.retrieval.bm25 import _check_k, corpus_key
 from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list, parse_contents
 
@@ -243,9 +243,7 @@ class LuceneRetriever:
         RuntimeError: If no Java 21+ is available or indexing fails.
     """
 
-    _cache: ClassVar[OrderedDict[str, LuceneRetriever]] = OrderedDict()
-    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
-    cache_size: ClassVar[int] = 8
+    _cache: ClassVar[InstanceCache[LuceneRetriever]] = InstanceCache(size=8)
     """How many distinct corpora :meth:`cached` keeps open (least recently used evicted)."""
 
     def __init__(
@@ -316,22 +314,12 @@ class LuceneRetriever:
         """
         items = as_passage_list(passages)
         key = corpus_key(items, cls.__qualname__, k1, b, None if cache_dir is None else str(cache_dir))
-        with cls._cache_lock:
-            found = cls._cache.get(key)
-            if found is not None:
-                cls._cache.move_to_end(key)
-                return found
-            made = cls(items, k1=k1, b=b, cache_dir=cache_dir)
-            cls._cache[key] = made
-            while len(cls._cache) > cls.cache_size:
-                cls._cache.popitem(last=False)
-            return made
+        return cls._cache.get_or_build(key, lambda: cls(items, k1=k1, b=b, cache_dir=cache_dir))
 
     @classmethod
     def clear_cache(cls) -> None:
         """Forget every instance held by :meth:`cached` (the on-disk indexes stay)."""
-        with cls._cache_lock:
-            cls._cache.clear()
+        cls._cache.clear()
 
     def __len__(self) -> int:
         return len(self.passages)

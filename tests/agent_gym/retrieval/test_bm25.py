@@ -175,7 +175,7 @@ def test_cached_returns_one_instance_per_corpus():
 
 def test_cached_evicts_least_recently_used(monkeypatch):
     BM25Retriever.clear_cache()
-    monkeypatch.setattr(BM25Retriever, "cache_size", 2)
+    monkeypatch.setattr(BM25Retriever._cache, "size", 2)
     corpora = [[Passage("a", "A", f"word{i}")] for i in range(3)]
     first = BM25Retriever.cached(corpora[0])
     BM25Retriever.cached(corpora[1])
