@@ -188,7 +188,10 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         Options:
             task_index: Pose this task (an int in ``range(num_tasks())``).
             task_id: Pose the task with this id.
-        Without either, the task is drawn from ``np_random``. G copies of an
+        The reset ``info`` also carries ``"tools"``: the episode's tool schemas
+        in OpenAI / Hugging Face ``tools=`` format (steps omit it; the tools do
+        not change within an episode). Without either option, the task is
+        drawn from ``np_random``. G copies of an
         env reset with the same ``task_index`` and seed replay the same
         question under the same noise; with different seeds, the same question
         under different noise (what GRPO groups need).
@@ -203,7 +206,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         state.history.append(Message.system(self.system_prompt(task, tools)))
         state.history.append(Message.user(self.user_prompt(task)))
         self._state = state
-        return self._render_observation(), self._info(state, new_from=0)
+        info = self._info(state, new_from=0)
+        info["tools"] = [t.schema() for t in tools]  # fixed for the episode, so only at reset
+        return self._render_observation(), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         state = self._require_running()
@@ -375,7 +380,6 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             "stop_reason": None,
             "messages": state.history.to_chat(),
             "new_messages": [m.to_chat() for m in state.history.messages[new_from:]],
-            "tools": [t.schema() for t in self._tools.values()],
             "reward_terms": {},
             "evidence_found": len(state.found & state.evidence),
             "evidence_total": len(state.evidence),
