@@ -188,13 +188,15 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         Options:
             task_index: Pose this task (an int in ``range(num_tasks())``).
             task_id: Pose the task with this id.
-        The reset ``info`` also carries ``"tools"``: the episode's tool schemas
-        in OpenAI / Hugging Face ``tools=`` format (steps omit it; the tools do
-        not change within an episode). Without either option, the task is
-        drawn from ``np_random``. G copies of an
-        env reset with the same ``task_index`` and seed replay the same
+
+        Without either option the task is drawn from ``np_random``. G copies of
+        an env reset with the same ``task_index`` and seed replay the same
         question under the same noise; with different seeds, the same question
         under different noise (what GRPO groups need).
+
+        The reset ``info`` also carries ``"tools"``: the episode's tool schemas
+        in OpenAI / Hugging Face ``tools=`` format (step infos omit it: tools do
+        not change within an episode).
         """
         super().reset(seed=seed)
         index = self._select_task(options or {})
