@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from agent_gym.core.env import EpisodeState, ToolEnv
+from agent_gym.core.env import EpisodeState
 from agent_gym.core.history import ToolCall, ToolResult
-from agent_gym.core.rubric import Rubric
 from agent_gym.core.tool import Tool
-from agent_gym.rewards import make_rubric
+from agent_gym.envs.procedural import ProceduralEnv
 from agent_gym.tools.calculator import CalculatorLimits, CalculatorTool, evaluate, format_number, parse_number
 
 __all__ = ["ArithmeticTask", "CalculatorEnv", "Step", "generate_arithmetic_task"]
@@ -224,7 +223,7 @@ def _read_answer(answer: str) -> Fraction | None:
     return parse_number(tokens[0]) if len(tokens) == 1 else None
 
 
-class CalculatorEnv(ToolEnv[ArithmeticTask]):
+class CalculatorEnv(ProceduralEnv[ArithmeticTask]):
     """Arithmetic word problems with an exact ``calculator`` tool.
 
     Args:
@@ -240,40 +239,14 @@ class CalculatorEnv(ToolEnv[ArithmeticTask]):
             (``action_format``, ``tool_noise``, ``render_mode``, ...).
     """
 
-    def __init__(
-        self,
-        *,
-        num_tasks: int = 10_000,
-        task_seed: int = 0,
-        reward: str = "process",
-        answer_metric: str = "em",
-        shaping_gamma: float | None = None,
-        reward_weights: Mapping[str, float] | None = None,
-        limits: CalculatorLimits | Mapping[str, Any] | None = None,
-        rubric: Rubric | None = None,
-        **kwargs: Any,
-    ):
-        if num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1 (got {num_tasks})")
-        if rubric is None:
-            weights = dict(reward_weights) if reward_weights else None
-            rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma, weights=weights)
-        super().__init__(rubric=rubric, **kwargs)
-        self._num_tasks = int(num_tasks)
-        self.task_seed = int(task_seed)
-        self.limits = limits if isinstance(limits, CalculatorLimits) else CalculatorLimits(**dict(limits or {}))
+    id_prefix = "calc"
 
-    def num_tasks(self) -> int:
-        return self._num_tasks
+    def __init__(self, *, limits: CalculatorLimits | Mapping[str, Any] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.limits = limits if isinstance(limits, CalculatorLimits) else CalculatorLimits(**dict(limits or {}))
 
     def load_task(self, index: int) -> ArithmeticTask:
         return generate_arithmetic_task(index, self.task_seed)
-
-    def task_index_of(self, task_id: str) -> int:
-        match = re.fullmatch(r"calc-(-?\d+)-(\d+)", task_id)
-        if not match or int(match.group(1)) != self.task_seed or int(match.group(2)) >= self._num_tasks:
-            raise KeyError(f"no task with id {task_id!r} (ids look like 'calc-{self.task_seed}-<index>')")
-        return int(match.group(2))
 
     def make_tools(self, task: ArithmeticTask) -> Sequence[Tool]:
         return [CalculatorTool(self.limits)]

@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from agent_gym.core.env import ToolEnv
 from agent_gym.core.history import Role
-from agent_gym.core.rubric import RewardTerm, Rubric, Transition
+from agent_gym.core.rubric import RewardTerm, Transition
 from agent_gym.core.tool import Tool
-from agent_gym.rewards import make_rubric
+from agent_gym.envs.procedural import ProceduralEnv
 from agent_gym.tools.sql import SqlDatabase, SqlLimits, SqlTool
 
 __all__ = ["SqlTask", "SqliteEnv", "generate_sql_task", "score_sql_answer", "valid_query"]
@@ -340,7 +339,7 @@ def score_sql_answer(answer: str, gold: Sequence[str | int | float]) -> dict[str
     return {"em": float(hits == len(gold) == len(items)), "f1": f1}
 
 
-class SqliteEnv(ToolEnv[SqlTask]):
+class SqliteEnv(ProceduralEnv[SqlTask]):
     """Questions about a generated relational database, answered with a read-only ``sql`` tool.
 
     Args:
@@ -358,43 +357,17 @@ class SqliteEnv(ToolEnv[SqlTask]):
             (``action_format``, ``tool_noise``, ``render_mode``, ...).
     """
 
-    def __init__(
-        self,
-        *,
-        num_tasks: int = 10_000,
-        task_seed: int = 0,
-        reward: str = "process",
-        answer_metric: str = "em",
-        shaping_gamma: float | None = None,
-        reward_weights: Mapping[str, float] | None = None,
-        limits: SqlLimits | Mapping[str, Any] | None = None,
-        rubric: Rubric | None = None,
-        **kwargs: Any,
-    ):
-        if num_tasks < 1:
-            raise ValueError(f"num_tasks must be >= 1 (got {num_tasks})")
-        if rubric is None:
-            rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
-            if reward == "process":
-                rubric = Rubric([*rubric.terms, RewardTerm("valid_query", valid_query, 0.02, (-1.0, 1.0))])
-            if reward_weights:
-                rubric = rubric.with_weights(**reward_weights)
-        super().__init__(rubric=rubric, **kwargs)
-        self._num_tasks = int(num_tasks)
-        self.task_seed = int(task_seed)
+    id_prefix = "sql"
+
+    def __init__(self, *, limits: SqlLimits | Mapping[str, Any] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
         self.limits = limits if isinstance(limits, SqlLimits) else SqlLimits(**dict(limits or {}))
 
-    def num_tasks(self) -> int:
-        return self._num_tasks
+    def process_terms(self) -> Sequence[RewardTerm]:
+        return [RewardTerm("valid_query", valid_query, 0.02, (-1.0, 1.0))]
 
     def load_task(self, index: int) -> SqlTask:
         return _cached_task(index, self.task_seed)
-
-    def task_index_of(self, task_id: str) -> int:
-        match = re.fullmatch(r"sql-(-?\d+)-(\d+)", task_id)
-        if not match or int(match.group(1)) != self.task_seed or int(match.group(2)) >= self._num_tasks:
-            raise KeyError(f"no task with id {task_id!r} (ids look like 'sql-{self.task_seed}-<index>')")
-        return int(match.group(2))
 
     def make_tools(self, task: SqlTask) -> Sequence[Tool]:
         return [SqlTool(SqlDatabase.from_bytes(task.database, self.limits))]
