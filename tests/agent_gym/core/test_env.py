@@ -149,11 +149,9 @@ def _make_lookup(**kwargs):
 
 
 def _oracle_episode(env, seed):
-    env.reset(seed=seed)
-    while True:
-        _, _, term, trunc, info = env.step(env.unwrapped.oracle_action())
-        if term or trunc:
-            return term, trunc, info
+    *_, term, trunc, info = run_episode(env, env.unwrapped.oracle_action, seed=seed, max_steps=50)[-1]
+    assert term or trunc, "episode did not end within 50 steps"
+    return term, trunc, info
 
 
 def test_oracle_retries_through_transient_failures():

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 import agent_gym
 from agent_gym.datasets import DatasetFormatError, embedded_path, load_embedded
 from agent_gym.envs.qa import MultiHopQAEnv
-from agent_gym.testing import check_step, check_text_env
+from agent_gym.testing import check_step, check_text_env, run_episode
 from agent_gym.testing.strategies import actions
 
 ENV_IDS = ["AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/MuSiQue-v0"]
@@ -22,14 +22,11 @@ ENV_IDS = ["AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/MuSiQue
 
 def play_oracle(env: gym.Env, *, seed: int, task_index: int, max_steps: int = 30) -> tuple[dict, list[dict]]:
     """Run the oracle until the episode ends; returns the last info and every step's info."""
-    env.reset(seed=seed, options={"task_index": task_index})
-    infos = []
-    for _ in range(max_steps):
-        _, _, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
-        infos.append(info)
-        if terminated or truncated:
-            return info, infos
-    raise AssertionError(f"episode did not end within {max_steps} steps")
+    options = {"task_index": task_index}
+    steps = run_episode(env, env.unwrapped.oracle_action, seed=seed, options=options, max_steps=max_steps)[1:]
+    *_, terminated, truncated, info = steps[-1]
+    assert terminated or truncated, f"episode did not end within {max_steps} steps"
+    return info, [step[-1] for step in steps]
 
 
 def oracle_solve_rate(env: MultiHopQAEnv, indices: range) -> tuple[float, list[str]]:

@@ -4,18 +4,17 @@ from hypothesis import given
 
 import agent_gym  # noqa: F401  (registers the ids)
 from agent_gym.envs.sqlite import SqliteEnv, generate_sql_task, score_sql_answer
-from agent_gym.testing import check_step, check_text_env
+from agent_gym.testing import check_step, check_text_env, run_episode
 from agent_gym.testing.strategies import actions
 from agent_gym.tools.sql import SqlDatabase
 
 
 def _oracle_episode(env, index, seed=0, max_steps=10):
-    env.reset(seed=seed, options={"task_index": index})
-    for _ in range(max_steps):
-        obs, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
-        if terminated or truncated:
-            return terminated, info
-    return False, info
+    options = {"task_index": index}
+    *_, terminated, _, info = run_episode(
+        env, env.unwrapped.oracle_action, seed=seed, options=options, max_steps=max_steps
+    )[-1]
+    return terminated, info
 
 
 def test_conformance_via_gym_make():
