@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
 
 from agent_gym.retrieval.corpus import Hit, Passage
 
-__all__ = ["InstanceCache", "Retriever"]
+__all__ = ["InstanceCache", "Retriever", "allowed_positions", "check_allowed", "check_k", "check_queries"]
 
 T = TypeVar("T")
 
@@ -80,3 +82,36 @@ class InstanceCache(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+# --- argument checks shared by every backend (same errors everywhere) -------
+
+
+def check_k(k: Any) -> None:
+    """Raise ``ValueError`` unless ``k`` is a positive integer."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k must be a positive integer (got {k!r})")
+
+
+def check_queries(queries: Any) -> None:
+    """Raise ``TypeError`` if ``search_batch`` got a single string instead of a sequence."""
+    if isinstance(queries, str):
+        raise TypeError("search_batch takes a sequence of queries, not a single string")
+
+
+def check_allowed(allowed: Iterable[str], known: Callable[[str], bool]) -> None:
+    """Raise unless ``allowed`` is a collection (not a str) of ids that ``known`` accepts."""
+    if isinstance(allowed, str):
+        raise TypeError("allowed must be a collection of passage ids, not a single string")
+    missing = sorted(pid for pid in set(allowed) if not known(pid))
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:3])
+        raise ValueError(f"allowed names {len(missing)} passage id(s) not in the corpus, e.g. {shown}")
+
+
+def allowed_positions(allowed: Collection[str] | None, position: Mapping[str, int]) -> np.ndarray | None:
+    """Sorted corpus positions of the allowed ids (``None`` = the whole corpus), after :func:`check_allowed`."""
+    if allowed is None:
+        return None
+    check_allowed(allowed, position.__contains__)
+    return np.unique(np.fromiter((position[pid] for pid in allowed), dtype=np.int64, count=len(allowed)))

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from agent_gym.retrieval.base import InstanceCache
+from agent_gym.retrieval.base import InstanceCache, allowed_positions, check_k, check_queries
 from agent_gym.retrieval.bm25 import corpus_key
 from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
 
@@ -283,13 +283,12 @@ class DenseRetriever:
         self, queries: Sequence[str], k: int = 5, allowed: Collection[str] | None = None
     ) -> list[list[Hit]]:
         """:meth:`search` for many queries: one batched encode and one matrix product."""
-        _check_k(k)
-        if isinstance(queries, str):
-            raise TypeError("search_batch takes a sequence of queries, not a single string")
+        check_k(k)
+        check_queries(queries)
         for q in queries:
             if not isinstance(q, str):
                 raise TypeError(f"queries must be strings, got {type(q).__name__}")
-        candidates = self._allowed_positions(allowed)
+        candidates = allowed_positions(allowed, self._position)
         live = [i for i, q in enumerate(queries) if q.strip()]
         results: list[list[Hit]] = [[] for _ in queries]
         if not live:
@@ -309,18 +308,6 @@ class DenseRetriever:
         torch = _torch()
         rows = self._matrix if candidates is None else self._matrix[torch.from_numpy(candidates)]
         return (torch.from_numpy(q_emb) @ rows.T).numpy()
-
-    def _allowed_positions(self, allowed: Collection[str] | None) -> np.ndarray | None:
-        """Sorted corpus positions of the allowed ids (``None`` = the whole corpus)."""
-        if allowed is None:
-            return None
-        if isinstance(allowed, str):
-            raise TypeError("allowed must be a collection of passage ids, not a single string")
-        missing = [pid for pid in allowed if pid not in self._position]
-        if missing:
-            shown = ", ".join(repr(m) for m in sorted(missing)[:3])
-            raise ValueError(f"allowed names {len(missing)} passage id(s) not in the corpus, e.g. {shown}")
-        return np.unique(np.fromiter((self._position[p] for p in allowed), dtype=np.int64, count=len(allowed)))
 
     def _top_k(self, sims: np.ndarray, k: int, candidates: np.ndarray | None) -> list[Hit]:
         """Exact top-k of ``sims`` (aligned with ``candidates``, or all rows); ties go to the earlier passage."""
@@ -402,8 +389,3 @@ class DenseRetriever:
             warnings.warn(f"could not write embedding cache {self.cache_path}: {e}", stacklevel=3)
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
-
-
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"k must be a positive integer (got {k!r})")

@@ -55,8 +55,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent_gym.retrieval.base import InstanceCache
-from agent_gym.retrieval.bm25 import _check_k, corpus_key
+from agent_gym.retrieval.base import InstanceCache, check_allowed, check_k, check_queries
+from agent_gym.retrieval.bm25 import corpus_key
 from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list, parse_contents
 
 __all__ = ["LuceneRetriever", "build_index", "default_cache_dir", "find_java_home"]
@@ -334,7 +334,7 @@ class LuceneRetriever:
             ValueError: If ``k < 1`` or ``allowed`` names a passage id not in the corpus.
             RuntimeError: If Lucene rejects the query (more than 65,536 terms).
         """
-        _check_k(k)
+        check_k(k)
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         with self._lock:
@@ -345,9 +345,8 @@ class LuceneRetriever:
         self, queries: Sequence[str], k: int = 5, allowed: Collection[str] | None = None
     ) -> list[list[Hit]]:
         """:meth:`search` for many queries (``allowed`` resolved once), one after another."""
-        _check_k(k)
-        if isinstance(queries, str):
-            raise TypeError("search_batch takes a sequence of queries, not a single string")
+        check_k(k)
+        check_queries(queries)
         with self._lock:
             id_filter = self._id_filter(allowed)
             return [self._search(q, int(k), id_filter) for q in queries]
@@ -356,14 +355,9 @@ class LuceneRetriever:
         """A Lucene ``TermInSetQuery`` over the allowed ids (``None`` = no restriction); checks the ids."""
         if allowed is None:
             return None
-        if isinstance(allowed, str):
-            raise TypeError("allowed must be a collection of passage ids, not a single string")
-        ids = sorted(set(allowed))
         known = self._by_id.__contains__ if self.passages else (lambda pid: self._searcher.doc(pid) is not None)
-        missing = [pid for pid in ids if not known(pid)]
-        if missing:
-            shown = ", ".join(repr(m) for m in missing[:3])
-            raise ValueError(f"allowed names {len(missing)} passage id(s) not in the corpus, e.g. {shown}")
+        check_allowed(allowed, known)
+        ids = sorted(set(allowed))
         java = self._java
         terms = java["array_list"]()
         for pid in ids:
