@@ -23,7 +23,7 @@ search through one retriever at once.
 
 ``allowed=`` is sent as the ``allowed_ids`` extension field, which
 :mod:`agent_gym.retrieval.server` honours (exact restricted top-k); the
-client also asks for ``overfetch * k`` hits and keeps the allowed ones, so
+client also asks for ``overfetch * k`` hits (at most ``max_topk``) and keeps the allowed ones, so
 against a server that ignores the field the result is the top-k among the
 allowed passages *within the server's top overfetch * k*.
 
@@ -93,6 +93,8 @@ class RemoteRetriever:
         backoff: Seconds before the first retry; doubled for each further one
             (never past the deadline).
         overfetch: With ``allowed=``, request ``overfetch * k`` hits and filter.
+        max_topk: Never ask for more than this many hits per query (the
+            server's limit; :mod:`agent_gym.retrieval.server` defaults to 100).
         max_batch: Queries per HTTP request in :meth:`search_batch`.
 
     Attributes:
@@ -110,6 +112,7 @@ class RemoteRetriever:
         retries: int = 2,
         backoff: float = 0.1,
         overfetch: int = 10,
+        max_topk: int = 100,
         max_batch: int = 64,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -121,11 +124,13 @@ class RemoteRetriever:
                 f"max_response_bytes must be >= 1, retries and backoff >= 0 (got {max_response_bytes}, {retries}, "
                 f"{backoff})"
             )
-        if overfetch < 1 or max_batch < 1:
-            raise ValueError(f"overfetch and max_batch must be >= 1 (got {overfetch}, {max_batch})")
+        if overfetch < 1 or max_batch < 1 or max_topk < 1:
+            raise ValueError(
+                f"overfetch, max_topk and max_batch must be >= 1 (got {overfetch}, {max_topk}, {max_batch})"
+            )
         self.url, self.timeout = url, float(timeout)
         self.max_response_bytes, self.retries, self.backoff = int(max_response_bytes), int(retries), float(backoff)
-        self.overfetch, self.max_batch = overfetch, max_batch
+        self.overfetch, self.max_topk, self.max_batch = overfetch, max_topk, max_batch
         self.passages: Sequence[Passage] = ()
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
@@ -164,7 +169,7 @@ class RemoteRetriever:
         if isinstance(allowed, str):
             raise TypeError("allowed must be a collection of passage ids, not a single string")
         keep = frozenset(allowed) if allowed is not None else None
-        topk = k * self.overfetch if keep is not None else k
+        topk = min(k * self.overfetch if keep is not None else k, self.max_topk)
         todo = [i for i, q in enumerate(queries) if q.strip()]
         results: list[list[Hit]] = [[] for _ in queries]
         for start in range(0, len(todo), self.max_batch):
