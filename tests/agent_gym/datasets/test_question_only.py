@@ -103,5 +103,5 @@ def test_datasets_dataset_and_record_lists_are_accepted(tmp_path: Path) -> None:
     broken = datasets.Dataset.from_list([{"question": "q?", "context": "nope"}])
     with pytest.raises(DatasetFormatError, match=r"<datasets\.Dataset .*>: record 0: unknown record layout"):
         load_qa(broken)
-    with pytest.raises(TypeError, match="expected a path, a datasets.Dataset or a list"):
+    with pytest.raises(TypeError, match=r"expected a path, a datasets\.Dataset or a list"):
         load_qa(42)
