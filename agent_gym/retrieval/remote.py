@@ -267,7 +267,7 @@ class RemoteRetriever:
             raise RemoteRetrieverError(f"{self.url} must answer {{'result': [...]}}, got {_snippet(body)}")
         return decoded["result"]
 
-    async def _read_capped(self, response: httpx.Response) -> bytes:
+    async def _read_capped(self, response: httpx.Response) -> bytearray:
         """The body, streamed; abandoned (connection closed) as soon as it passes ``max_response_bytes``."""
         cap = self.max_response_bytes
         declared = response.headers.get("content-length", "")
@@ -278,7 +278,7 @@ class RemoteRetriever:
             body += chunk
             if len(body) > cap:
                 raise RemoteRetrieverError(f"{self.url} sent more than {cap:,} bytes (max_response_bytes); abandoned")
-        return bytes(body)
+        return body  # no bytes() copy: the peak stays near the cap
 
     # --------------------------------------------------------------- parsing
     def _to_hits(self, answer: Any, k: int, keep: frozenset[str] | None) -> list[Hit]:
@@ -302,7 +302,7 @@ class RemoteRetriever:
         return hits
 
 
-def _snippet(body: bytes, limit: int = 300) -> str:
+def _snippet(body: bytes | bytearray, limit: int = 300) -> str:
     text = body[:limit].decode("utf-8", errors="replace").strip()
     return (text or "(empty body)") + ("..." if len(body) > limit else "")
 
