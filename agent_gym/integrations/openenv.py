@@ -41,6 +41,7 @@ from openenv.core.env_server import Action, Environment, Observation, State, cre
 from openenv.core.env_server.mcp_types import Tool as McpTool
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, VerifyResult
 from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from agent_gym.integrations._serving import background_uvicorn
 from agent_gym.integrations.session import EnvSession, EnvSource, NativeCall, ObservationStyle, make_tool_env
@@ -75,7 +76,11 @@ class AgentGymAction(Action):
     def _exactly_one(self) -> AgentGymAction:
         given = [name for name in ("text", "tool_name", "answer") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of text, tool_name or answer (got {given or 'none'})")
+            # A PydanticCustomError (not ValueError): OpenEnv 0.3.0 echoes e.errors() to the client,
+            # and a ValueError in their context cannot be serialised, which would end the session.
+            raise PydanticCustomError(
+                "exactly_one_action", "give exactly one of text, tool_name or answer (got {given})", {"given": given}
+            )
         return self
 
 
