@@ -249,7 +249,11 @@ class AgentGymEnvConfig(vf.SingleAgentEnvConfig):
     runtime (no container, no tunnel) is the default instead of a remote sandbox.
     """
 
-    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    # model_construct: validating would resolve the harness id by importing agent_r1_gym,
+    # the module that is importing this one (verifiers re-validates the config at run time).
+    agent: vf.AgentConfig = vf.AgentConfig.model_construct(
+        runtime=vf.SubprocessConfig(), harness=AgentGymHarnessConfig(id=PLUGIN_ID)
+    )
 
 
 class AgentGymEnv(vf.Env[AgentGymEnvConfig]):

@@ -7,20 +7,20 @@ import httpx
 import pytest
 
 pytest.importorskip("openenv.core")
-from openenv import GenericEnvClient  # noqa: E402
-from openenv.core.harness import MCPHarnessAdapter, ModelStepResult, build_harness_rollout_func  # noqa: E402
-from openenv.core.llm_client import LLMResponse, ToolCall  # noqa: E402
+from openenv import GenericEnvClient
+from openenv.core.harness import MCPHarnessAdapter, ModelStepResult, build_harness_rollout_func
+from openenv.core.llm_client import LLMResponse, ToolCall
 
-from agent_gym.core.parsing import make_parser  # noqa: E402
-from agent_gym.integrations.openenv import (  # noqa: E402
+from agent_gym.core.parsing import make_parser
+from agent_gym.integrations.openenv import (
     ANSWER_TOOL,
     AgentGymAction,
     AgentGymClient,
     AgentGymSessionFactory,
     background_server,
 )
-from tests.agent_gym.integrations.conftest import native_oracle_run  # noqa: E402
-from tests.conftest import LookupEnv  # noqa: E402
+from tests.agent_gym.integrations.conftest import native_oracle_run
+from tests.conftest import LookupEnv
 
 
 def test_every_env_served_and_stepped_by_the_typed_client(env_id):

@@ -62,9 +62,7 @@ def test_observations_are_one_user_message_by_default_and_tool_messages_on_reque
     out = env.step(env.session.base.oracle_action())
     assert [m["role"] for m in out["observations"]] == ["user"]
     assert out["observations"][0]["content"].startswith("<tool_response>\nDoc 1 (Title: Odile Marchetti)")
-    env = skyrl_gym.make(
-        "AgentR1/HotpotQA-v0", env_config={"observation_style": "tool"}, extras={"task_index": 0}
-    )
+    env = skyrl_gym.make("AgentR1/HotpotQA-v0", env_config={"observation_style": "tool"}, extras={"task_index": 0})
     env.init([])
     out = env.step(env.session.base.oracle_action())
     assert [(m["role"], m["name"]) for m in out["observations"]] == [("tool", "search")]
@@ -86,7 +84,9 @@ def test_env_config_reaches_gymnasium_make_and_bad_keys_are_refused():
     env = skyrl_gym.make(
         "AgentR1/HotpotQA-v0", env_config=DictConfig({"env_kwargs": {"reward": "outcome"}}), extras={"task_index": 0}
     )
-    assert [t.name for t in env.session.base.rubric.terms] != [t.name for t in gym.make("AgentR1/HotpotQA-v0").unwrapped.rubric.terms]
+    assert [t.name for t in env.session.base.rubric.terms] != [
+        t.name for t in gym.make("AgentR1/HotpotQA-v0").unwrapped.rubric.terms
+    ]
     with pytest.raises(ValueError, match="env_kwargs"):
         skyrl_gym.make("AgentR1/HotpotQA-v0", env_config={"reward": "outcome"}, extras={})
     with pytest.raises(TypeError, match="task_index"):
