@@ -162,3 +162,17 @@ def test_a_users_own_tool_env_is_served():
             step = client.step(AgentGymAction(tool_name="lookup", arguments={"country": "Peru"}))
             assert step.observation.messages[0]["content"] == "The capital of Peru is Lima."
             assert client.step(AgentGymAction(answer="Lima")).done
+
+
+def test_turn_limit_is_reported_as_truncation_not_termination():
+    with background_server("AgentR1/HotpotQA-v0", env_kwargs={"max_episode_steps": 2}) as url:
+        with AgentGymClient(base_url=url).sync() as client:
+            client.reset(seed=0, task_index=0)
+            search = AgentGymAction(tool_name="search", arguments={"query": "nothing relevant"})
+            first, second = client.step(search), client.step(search)
+            assert not first.done and not first.observation.truncated
+            assert second.done and second.observation.truncated and second.observation.stop_reason == "max_turns"
+            assert second.observation.metrics == {"turns": 2.0}
+            client.reset(seed=0, task_index=0)
+            answered = client.step(AgentGymAction(answer="River Lisse"))
+            assert answered.done and not answered.observation.truncated
