@@ -42,6 +42,7 @@ from openenv.core.env_server.mcp_types import Tool as McpTool
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, VerifyResult
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
+from starlette.websockets import WebSocketDisconnect
 
 from agent_gym.integrations._serving import background_uvicorn
 from agent_gym.integrations.session import EnvSession, EnvSource, NativeCall, ObservationStyle, make_tool_env
@@ -210,9 +211,32 @@ def make_app(
         return AgentGymEnvironment(env, kwargs, observation_style)
 
     name = env if isinstance(env, str) else getattr(env, "__name__", "custom")
-    return create_app(
+    app = create_app(
         factory, AgentGymAction, AgentGymObservation, env_name=name, max_concurrent_envs=max_concurrent_envs
     )
+    app.add_middleware(_ClosedSocketMiddleware)
+    return app
+
+
+class _ClosedSocketMiddleware:
+    """Drop the ``WebSocketDisconnect`` OpenEnv 0.3.0 raises when it closes a socket the client already closed.
+
+    Its ``/ws`` handler always calls ``websocket.close()`` after the session
+    ends; when the client hung up first (every normal ``close``), Starlette
+    raises and uvicorn logs a spurious "Exception in ASGI application".
+    """
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            pass  # the client is gone; nothing is left to tell it
 
 
 def serve(env: EnvSource, host: str = "127.0.0.1", port: int = 8000, **app_kwargs: Any) -> None:
