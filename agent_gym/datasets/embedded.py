@@ -65,7 +65,12 @@ def select_split(items: Sequence[T], split: str | Split) -> list[T]:
 
 def embedded_path(source: str | Source = Source.HOTPOTQA) -> Path:
     """The path of the embedded sample file in ``source``'s official layout."""
-    name = EMBEDDED_FILES[Source(source)]
+    source = Source(source)
+    if source not in EMBEDDED_FILES:
+        raise ValueError(
+            f"no embedded sample for source={source.value!r}; pass data_path= (one of {list(EMBEDDED_FILES)})"
+        )
+    name = EMBEDDED_FILES[source]
     return Path(str(resources.files("agent_gym").joinpath("data", name)))
 
 

@@ -1,4 +1,4 @@
-"""Loaders for the official multi-hop QA formats, into one :class:`QATask` record.
+"""Loaders for the official multi-hop QA formats and question-only data, into one :class:`QATask` record.
 
 Supported layouts (detected from the first record of each file):
 
@@ -9,12 +9,24 @@ Supported layouts (detected from the first record of each file):
 * 2WikiMultihopQA, official: the HotpotQA official layout plus ``evidences``
   triples (``source`` is then ``"2wikimultihopqa"``);
 * MuSiQue, official: ``paragraphs [{idx, title, paragraph_text, is_supporting}]``,
-  ``question_decomposition``, ``answer_aliases``.
+  ``question_decomposition``, ``answer_aliases``, ``answerable``;
+* question-only (Search-R1, FlashRAG, the ``qa_only`` lists): ``question``
+  and ``answer`` / ``answers`` / ``golden_answers`` (a string or a list), no
+  paragraphs. Such tasks need an external corpus (``corpus=`` a corpus file);
+  when they carry ``supporting_facts`` (2Wiki without context), the gold
+  titles become :attr:`QATask.missing_supporting`, else they have no gold
+  evidence (evidence rewards stay 0, answers are scored as usual).
 
-Each file may be a JSON list or JSON lines; a folder loads all its ``.json``
-and ``.jsonl`` files in name order. Anything malformed raises
-:class:`~agent_gym.datasets.records.DatasetFormatError` naming the file and
-the record number.
+A source is a file (a JSON list, JSON lines or CSV with a header row), a
+folder of such files, or an in-memory ``datasets.Dataset`` / list of records.
+A folder never mixes splits silently: see
+:func:`~agent_gym.datasets.folders.select_data_files`. Anything
+malformed raises :class:`~agent_gym.datasets.records.DatasetFormatError`
+naming the file and the record number.
+
+MuSiQue-Full's ``answerable: false`` records (their context lacks a needed
+paragraph) are skipped unless ``include_unanswerable=True``: the default is
+the answerable setting, where every question can be answered from its context.
 
 Example:
     >>> tasks = load_qa("dev_distractor_sample_a_300.jsonl")  # doctest: +SKIP
@@ -23,19 +35,28 @@ Example:
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from agent_gym.datasets.folders import DATA_SUFFIXES, memory_records, select_data_files
 from agent_gym.datasets.records import DatasetFormatError, Paragraph, QATask, SubQuestion
+from agent_gym.retrieval.files import iter_records
 
-__all__ = ["DATA_SUFFIXES", "Layout", "Source", "detect_layout", "iter_records", "load_qa", "parse_record"]
+__all__ = [
+    "DATA_SUFFIXES",
+    "Layout",
+    "Source",
+    "detect_layout",
+    "iter_records",
+    "load_qa",
+    "parse_record",
+    "select_data_files",
+]
 
-DATA_SUFFIXES = (".json", ".jsonl")
-_WS = re.compile(r"\s*")
+_ANSWER_FIELDS = ("golden_answers", "answers", "answer")
 
 
 class Source(StrEnum):
@@ -44,6 +65,8 @@ class Source(StrEnum):
     HOTPOTQA = "hotpotqa"
     TWOWIKI = "2wikimultihopqa"
     MUSIQUE = "musique"
+    OPEN = "open"
+    """Question-only data of unknown origin (NQ, Bamboogle, ...), for open retrieval."""
 
 
 class Layout(StrEnum):
@@ -52,71 +75,11 @@ class Layout(StrEnum):
     CONTEXT_LIST = "context_list"  # HotpotQA official, 2WikiMultihopQA official
     CONTEXT_DICT = "context_dict"  # HotpotQA (and 2Wiki) on the Hugging Face hub
     MUSIQUE = "musique"
+    QUESTION_ONLY = "question_only"  # Search-R1 / FlashRAG / qa_only lists: no paragraphs
 
 
 class _RecordError(Exception):
     """A problem inside one record (the caller adds the file and record number)."""
-
-
-# ----------------------------------------------------------------- reading
-def _iter_json_list(text: str, path: Path) -> Iterator[tuple[int, Any]]:
-    decoder = json.JSONDecoder()
-    i = _WS.match(text, text.index("[") + 1).end()  # type: ignore[union-attr]
-    if text.startswith("]", i):
-        return
-    n = 0
-    while True:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as exc:
-            raise DatasetFormatError(
-                f"{path}: record {n}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-                "is the file truncated?"
-            ) from None
-        yield n, obj
-        n += 1
-        i = _WS.match(text, end).end()  # type: ignore[union-attr]
-        if i >= len(text):
-            raise DatasetFormatError(f"{path}: record {n}: the JSON list is not closed with ']' (truncated file?)")
-        if text[i] == "]":
-            if text[i + 1 :].strip():
-                raise DatasetFormatError(f"{path}: unexpected data after the closing ']' of the JSON list")
-            return
-        if text[i] != ",":
-            raise DatasetFormatError(f"{path}: record {n}: expected ',' or ']' between records, got {text[i]!r}")
-        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
-
-
-def _iter_json_lines(text: str, path: Path) -> Iterator[tuple[int, Any]]:
-    n = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetFormatError(
-                f"{path}: record {n} (line {lineno}): invalid JSON ({exc.msg} at column {exc.colno}); "
-                "expected a JSON list or one JSON object per line"
-            ) from None
-        yield n, obj
-        n += 1
-
-
-def iter_records(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """``(record number, decoded JSON value)`` for each record of a JSON list or JSON-lines file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetFormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    stripped = text.lstrip()
-    if not stripped:
-        raise DatasetFormatError(f"{path}: the file is empty")
-    if stripped.startswith("["):
-        yield from _iter_json_list(text, path)
-    else:
-        yield from _iter_json_lines(text, path)
 
 
 # ---------------------------------------------------------------- checking
@@ -136,6 +99,13 @@ def _strings(values: Any, what: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _index(value: Any, what: str) -> int:
+    """An integer index field (``1e999``, ``"3"``, ``true`` or ``NaN`` are errors, not crashes)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _RecordError(f"{what} must be an integer, got {value!r:.40}")
+    return value
+
+
 def detect_layout(record: Any) -> Layout:
     """The :class:`Layout` of one decoded record (raises ``DatasetFormatError`` if none fits)."""
     if not isinstance(record, Mapping):
@@ -147,24 +117,45 @@ def detect_layout(record: Any) -> Layout:
         return Layout.CONTEXT_LIST
     if isinstance(context, Mapping):
         return Layout.CONTEXT_DICT
+    if "context" not in record and "paragraphs" not in record and "question" in record:
+        if any(name in record for name in _ANSWER_FIELDS):
+            return Layout.QUESTION_ONLY
     raise DatasetFormatError(
-        "unknown record layout: expected HotpotQA/2Wiki 'context' paragraphs or MuSiQue 'paragraphs' "
-        f"(fields present: {sorted(record)[:12]}); question-only files cannot be loaded as QA tasks"
+        "unknown record layout: expected HotpotQA/2Wiki 'context' paragraphs, MuSiQue 'paragraphs', or a "
+        f"question-only record with 'question' and 'answer'/'answers'/'golden_answers' "
+        f"(fields present: {sorted(record)[:12]})"
     )
 
 
 # ----------------------------------------------------------------- parsing
-def _record_id(rec: Mapping[str, Any]) -> str:
+def _record_id(rec: Mapping[str, Any], fallback: str | None = None) -> str:
     for key in ("_id", "id"):
         if key in rec:
             return str(_get(rec, key, (str, int)))
+    if fallback is not None:
+        return fallback
     raise _RecordError("missing field '_id' or 'id'")
 
 
-def _answers(rec: Mapping[str, Any]) -> tuple[str, ...]:
-    answer = _get(rec, "answer", (str, int, float))
+def _answer_values(value: Any, name: str) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise _RecordError(f"field {name!r} must be a string or a list of strings, got {item!r:.60}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise _RecordError(f"field {name!r} holds a non-finite number ({item})")
+        out.append(str(item))
+    return out
+
+
+def _answers(rec: Mapping[str, Any], fields: tuple[str, ...] = ("answer",)) -> tuple[str, ...]:
+    present = [name for name in fields if name in rec]
+    if not present:
+        raise _RecordError(f"missing field {' or '.join(repr(f) for f in fields)} (fields present: {sorted(rec)[:12]})")
+    values = _answer_values(rec[present[0]], present[0])
     aliases = _strings(rec.get("answer_aliases") or [], "'answer_aliases'")
-    out = tuple(dict.fromkeys(s for s in (str(answer), *aliases) if s.strip()))
+    out = tuple(dict.fromkeys(s for s in (*values, *aliases) if s.strip()))
     if not out:
         raise _RecordError("the gold answer is empty")
     return out
@@ -187,18 +178,30 @@ def _supporting(
     return tuple(found), tuple(missing)
 
 
+def _facts(raw: Any) -> list[tuple[str, int]]:
+    """``supporting_facts`` as ``[[title, sent_id]]`` (official) or ``{title[], sent_id[]}`` (Hugging Face)."""
+    if isinstance(raw, Mapping):
+        titles, sent_ids = raw.get("title"), raw.get("sent_id")
+        if not (isinstance(titles, list) and isinstance(sent_ids, list) and len(titles) == len(sent_ids)):
+            raise _RecordError("supporting_facts must hold equal-length lists 'title' and 'sent_id'")
+        raw = [[t, s] for t, s in zip(titles, sent_ids, strict=True)]
+    if not isinstance(raw, list):
+        raise _RecordError(f"supporting_facts must be a list, got {type(raw).__name__}")
+    facts = []
+    for j, item in enumerate(raw):
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise _RecordError(f"supporting_facts[{j}] must be [title, sent_id]")
+        facts.append((item[0], _index(item[1], f"supporting_facts[{j}] sent_id")))
+    return facts
+
+
 def _context_list(rec: Mapping[str, Any]) -> tuple[tuple[Paragraph, ...], list[tuple[str, int]]]:
     paragraphs = []
     for j, item in enumerate(_get(rec, "context", list)):
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
             raise _RecordError(f"context[{j}] must be [title, [sentences]]")
         paragraphs.append(Paragraph(item[0], _strings(item[1], f"context[{j}] sentences")))
-    facts = []
-    for j, item in enumerate(_get(rec, "supporting_facts", list)):
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)):
-            raise _RecordError(f"supporting_facts[{j}] must be [title, sent_id]")
-        facts.append((item[0], item[1]))
-    return tuple(paragraphs), facts
+    return tuple(paragraphs), _facts(_get(rec, "supporting_facts", list))
 
 
 def _context_dict(rec: Mapping[str, Any]) -> tuple[tuple[Paragraph, ...], list[tuple[str, int]]]:
@@ -211,34 +214,37 @@ def _context_dict(rec: Mapping[str, Any]) -> tuple[tuple[Paragraph, ...], list[t
         Paragraph(t, _strings(s, f"context.sentences[{j}]"))
         for j, (t, s) in enumerate(zip(titles, bodies, strict=True))
     )
-    sf = _get(rec, "supporting_facts", Mapping)
-    sf_titles, sent_ids = sf.get("title"), sf.get("sent_id")
-    if not (isinstance(sf_titles, list) and isinstance(sent_ids, list) and len(sf_titles) == len(sent_ids)):
-        raise _RecordError("supporting_facts must hold equal-length lists 'title' and 'sent_id'")
-    if not all(isinstance(t, str) for t in sf_titles) or not all(isinstance(s, int) for s in sent_ids):
-        raise _RecordError("supporting_facts.title must be strings and supporting_facts.sent_id integers")
-    return paragraphs, list(zip(sf_titles, sent_ids, strict=True))
+    return paragraphs, _facts(_get(rec, "supporting_facts", Mapping))
 
 
 def _evidences(rec: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
     raw = rec.get("evidences") or []
     if isinstance(raw, Mapping):  # Hugging Face layout: {fact[], relation[], entity[]}
         raw = list(zip(raw.get("fact", []), raw.get("relation", []), raw.get("entity", []), strict=False))
-    if not isinstance(raw, list) or not all(isinstance(e, (list, tuple)) and len(e) == 3 for e in raw):
+    if not isinstance(raw, list) or not all(isinstance(e, list | tuple) and len(e) == 3 for e in raw):
         raise _RecordError("evidences must be a list of [subject, relation, object] triples")
-    return tuple((str(s), str(r), str(o)) for s, r, o in raw)
+    if not all(isinstance(x, str) for e in raw for x in e):
+        raise _RecordError("evidences must hold strings")
+    return tuple((s, r, o) for s, r, o in raw)
+
+
+def _guess_source(rec: Mapping[str, Any]) -> Source:
+    if "evidences" in rec or "entity_ids" in rec:
+        return Source.TWOWIKI
+    if "question_decomposition" in rec or "answerable" in rec or isinstance(rec.get("paragraphs"), list):
+        return Source.MUSIQUE
+    return Source.HOTPOTQA
+
+
+def _optional_str(rec: Mapping[str, Any], name: str) -> str | None:
+    value = rec.get(name)
+    return value if isinstance(value, str) else None
 
 
 def _parse_hotpot_like(rec: Mapping[str, Any], layout: Layout, source: Source | None) -> QATask:
     paragraphs, facts = _context_list(rec) if layout is Layout.CONTEXT_LIST else _context_dict(rec)
-    if source is None:
-        source = Source.TWOWIKI if "evidences" in rec or "entity_ids" in rec else Source.HOTPOTQA
+    source = source or _guess_source(rec)
     supporting, missing = _supporting(paragraphs, facts)
-    if source is Source.HOTPOTQA:
-        hops: int | None = 2
-    else:
-        hops = len(supporting) + len(missing) or None
-    level = rec.get("level")
     return QATask(
         id=_record_id(rec),
         question=_get(rec, "question", str),
@@ -247,12 +253,34 @@ def _parse_hotpot_like(rec: Mapping[str, Any], layout: Layout, source: Source | 
         supporting=supporting,
         supporting_facts=tuple(facts),
         missing_supporting=missing,
-        type=rec.get("type") if isinstance(rec.get("type"), str) else None,
-        level=level if isinstance(level, str) else None,
-        hops=hops,
+        type=_optional_str(rec, "type"),
+        level=_optional_str(rec, "level"),
+        hops=2 if source is Source.HOTPOTQA else (len(supporting) + len(missing) or None),
         source=source.value,
         evidences=_evidences(rec) if source is Source.TWOWIKI else (),
     )
+
+
+def _decomposition(rec: Mapping[str, Any], by_idx: Mapping[int, str]) -> tuple[SubQuestion, ...]:
+    steps = rec.get("question_decomposition") or []
+    if not isinstance(steps, list):
+        raise _RecordError("question_decomposition must be a list")
+    out = []
+    for j, step in enumerate(steps):
+        if not isinstance(step, Mapping):
+            raise _RecordError(f"question_decomposition[{j}] must be an object")
+        idx = step.get("paragraph_support_idx")
+        if idx is not None:
+            idx = _index(idx, f"question_decomposition[{j}].paragraph_support_idx")
+        out.append(SubQuestion(str(step.get("question", "")), str(step.get("answer", "")), by_idx.get(idx)))
+    return tuple(out)
+
+
+def _answerable(rec: Mapping[str, Any]) -> bool:
+    value = rec.get("answerable", True)
+    if not isinstance(value, bool):
+        raise _RecordError(f"field 'answerable' must be true or false, got {value!r:.40}")
+    return value
 
 
 def _parse_musique(rec: Mapping[str, Any]) -> QATask:
@@ -264,114 +292,157 @@ def _parse_musique(rec: Mapping[str, Any]) -> QATask:
             raise _RecordError(f"paragraphs[{j}] must be an object")
         p = Paragraph(_get(item, "title", str), (_get(item, "paragraph_text", str),))
         paragraphs.append(p)
-        by_idx[int(item.get("idx", j))] = p.id
+        by_idx[_index(item.get("idx", j), f"paragraphs[{j}].idx")] = p.id
         if item.get("is_supporting") is True:
             supporting.append(p.id)
-    decomposition = []
-    for j, step in enumerate(rec.get("question_decomposition") or []):
-        if not isinstance(step, Mapping):
-            raise _RecordError(f"question_decomposition[{j}] must be an object")
-        idx = step.get("paragraph_support_idx")
-        decomposition.append(
-            SubQuestion(
-                str(step.get("question", "")),
-                str(step.get("answer", "")),
-                by_idx.get(idx) if isinstance(idx, int) else None,
-            )
-        )
+    decomposition = _decomposition(rec, by_idx)
     ordered = [s.paragraph_id for s in decomposition if s.paragraph_id in supporting]
     record_id = _record_id(rec)
-    hop_prefix = record_id.split("__", 1)[0] if "__" in record_id else None
     return QATask(
         id=record_id,
         question=_get(rec, "question", str),
         answers=_answers(rec),
         paragraphs=tuple(paragraphs),
         supporting=tuple(dict.fromkeys([*ordered, *supporting])),  # type: ignore[list-item]
-        type=hop_prefix,
+        type=record_id.split("__", 1)[0] if "__" in record_id else None,
         hops=len(decomposition) or None,
         source=Source.MUSIQUE.value,
-        decomposition=tuple(decomposition),
-        answerable=rec.get("answerable", True) is not False,
+        decomposition=decomposition,
+        answerable=_answerable(rec),
     )
 
 
-def parse_record(record: Any, source: str | Source | None = None) -> QATask:
-    """One decoded record as a :class:`QATask` (raises ``DatasetFormatError``)."""
+def _parse_question_only(rec: Mapping[str, Any], source: Source | None, fallback_id: str | None) -> QATask:
+    if source is None:
+        source = _guess_source(rec) if set(rec) & {"evidences", "entity_ids", "question_decomposition"} else Source.OPEN
+    facts = _facts(rec["supporting_facts"]) if "supporting_facts" in rec else []
+    decomposition = _decomposition(rec, {}) if source is Source.MUSIQUE else ()
+    gold_titles = tuple(dict.fromkeys(title for title, _ in facts))
+    hops = len(decomposition) or len(gold_titles) or None
+    return QATask(
+        id=_record_id(rec, fallback_id),
+        question=_get(rec, "question", str),
+        answers=_answers(rec, _ANSWER_FIELDS),
+        paragraphs=(),
+        supporting=(),
+        supporting_facts=tuple(facts),
+        missing_supporting=gold_titles,
+        type=_optional_str(rec, "type"),
+        level=_optional_str(rec, "level"),
+        hops=2 if source is Source.HOTPOTQA else hops,
+        source=source.value,
+        decomposition=decomposition,
+        evidences=_evidences(rec) if source is Source.TWOWIKI else (),
+        answerable=_answerable(rec),
+    )
+
+
+def parse_record(record: Any, source: str | Source | None = None, *, fallback_id: str | None = None) -> QATask:
+    """One decoded record as a :class:`QATask` (raises ``DatasetFormatError``).
+
+    Args:
+        record: A decoded JSON object (or a ``datasets`` row).
+        source: Force the dataset label; by default it is detected.
+        fallback_id: The id to use when a question-only record has none
+            (the loaders pass ``"<file stem>-<record number>"``).
+    """
     wanted = Source(source) if source is not None else None
     layout = detect_layout(record)
-    if (layout is Layout.MUSIQUE) != (wanted is Source.MUSIQUE) and wanted is not None:
-        raise DatasetFormatError(f"source={wanted.value!r} does not match the record layout {layout.value!r}")
+    if layout is not Layout.QUESTION_ONLY and wanted is not None and wanted is not Source.OPEN:
+        if (layout is Layout.MUSIQUE) != (wanted is Source.MUSIQUE):
+            raise DatasetFormatError(f"source={wanted.value!r} does not match the record layout {layout.value!r}")
     try:
+        if layout is Layout.QUESTION_ONLY:
+            return _parse_question_only(record, wanted, fallback_id)
         if layout is Layout.MUSIQUE:
             return _parse_musique(record)
-        return _parse_hotpot_like(record, layout, wanted)
+        return _parse_hotpot_like(record, layout, None if wanted is Source.OPEN else wanted)
     except _RecordError as exc:
         raise DatasetFormatError(str(exc)) from None
 
 
 # ----------------------------------------------------------------- loading
-def _data_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in DATA_SUFFIXES)
-        if not files:
-            raise DatasetFormatError(f"{path}: the folder holds no {' or '.join(DATA_SUFFIXES)} files")
-        return files
-    raise FileNotFoundError(f"no such data file or folder: {path}")
-
-
-def _load_file(path: Path, source: Source | None, limit: int | None) -> list[QATask]:
+def _load_records(
+    label: str, records: Iterable[tuple[int, Any]], source: Source | None, limit: int | None, *, unanswerable: bool
+) -> list[QATask]:
+    """Parse ``(number, record)`` pairs of one file or dataset into tasks (``label`` names it in errors)."""
     tasks: list[QATask] = []
     layout: Layout | None = None
-    for n, record in iter_records(path):
+    seen = skipped = 0
+    stem = Path(label).stem if not label.startswith("<") else "record"
+    for n, record in records:
         if limit is not None and len(tasks) >= limit:
             break
+        seen += 1
         try:
             this = detect_layout(record)
             if layout is None:
                 layout = this
             elif this is not layout:
-                raise DatasetFormatError(
-                    f"layout {this.value!r} differs from the file's first record ({layout.value!r})"
-                )
-            tasks.append(parse_record(record, source))
+                raise DatasetFormatError(f"layout {this.value!r} differs from the first record's ({layout.value!r})")
+            task = parse_record(record, source, fallback_id=f"{stem}-{n}")
         except DatasetFormatError as exc:
-            raise DatasetFormatError(f"{path}: record {n}: {exc}") from None
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise DatasetFormatError(f"{path}: record {n}: malformed record ({type(exc).__name__}: {exc})") from None
+            raise DatasetFormatError(f"{label}: record {n}: {exc}") from None
+        except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError, RecursionError) as exc:
+            raise DatasetFormatError(f"{label}: record {n}: malformed record ({type(exc).__name__}: {exc})") from None
+        if task.answerable or unanswerable:
+            tasks.append(task)
+        else:
+            skipped += 1
     if not tasks and limit != 0:
-        raise DatasetFormatError(f"{path}: the file holds no records")
+        if skipped:
+            raise DatasetFormatError(
+                f"{label}: all {skipped} records are unanswerable (MuSiQue-Full); pass include_unanswerable=True"
+            )
+        if not seen:
+            raise DatasetFormatError(f"{label}: holds no records")
     return tasks
 
 
-def load_qa(path: str | Path, source: str | Source | None = None, limit: int | None = None) -> list[QATask]:
-    """Load multi-hop QA tasks from a file or a folder of files.
+def load_qa(
+    path: Any,
+    source: str | Source | None = None,
+    limit: int | None = None,
+    *,
+    data_files: str | None = None,
+    include_unanswerable: bool = False,
+) -> list[QATask]:
+    """Load multi-hop QA (or question-only) tasks from a file, a folder or an in-memory dataset.
 
     Args:
-        path: A ``.json`` (list or JSON lines) or ``.jsonl`` file, or a folder
-            whose ``.json``/``.jsonl`` files are all loaded, in name order.
+        path: A ``.json`` (list or JSON lines), ``.jsonl`` or ``.csv`` file
+            (optionally ``.gz``); a folder of such files (all of one split and
+            setting, or chosen with ``data_files``); or a ``datasets.Dataset``
+            or list of record dicts.
         source: Force the dataset label (``"hotpotqa"``, ``"2wikimultihopqa"``,
-            ``"musique"``); by default it is detected from each record.
+            ``"musique"``, ``"open"``); by default it is detected from each record.
         limit: Load at most this many tasks in total.
+        data_files: For a folder: a glob over its file names (e.g.
+            ``"dev_distractor_*"``) choosing which files to load.
+        include_unanswerable: Keep MuSiQue-Full's ``answerable: false``
+            records (skipped by default: the answerable setting).
 
     Returns:
-        The tasks, in file order.
+        The tasks, in file (or row) order.
 
     Raises:
-        DatasetFormatError: A file is truncated, not JSON, of an unknown
-            layout, or a record lacks a required field (the message names the
-            file and the record number).
+        DatasetFormatError: A file is truncated, not JSON/UTF-8, of an unknown
+            layout, a record lacks a required field or has a wrong type (the
+            message names the file and the record number), or a folder mixes
+            splits and ``data_files`` does not choose.
         FileNotFoundError: ``path`` does not exist.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None (got {limit!r})")
     wanted = Source(source) if source is not None else None
+    in_memory = memory_records(path)
+    if in_memory is not None:
+        label, records = in_memory
+        return _load_records(label, records, wanted, limit, unanswerable=include_unanswerable)
     tasks: list[QATask] = []
-    for file in _data_files(Path(path)):
+    for file in select_data_files(Path(path), data_files):
         remaining = None if limit is None else limit - len(tasks)
         if remaining == 0:
             break
-        tasks.extend(_load_file(file, wanted, remaining))
+        tasks.extend(_load_records(str(file), iter_records(file), wanted, remaining, unanswerable=include_unanswerable))
     return tasks

@@ -12,15 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent_gym.retrieval import Passage, passage_id
+from agent_gym.retrieval.files import DatasetFormatError
 
 __all__ = ["DatasetFormatError", "Paragraph", "QATask", "SubQuestion"]
-
-
-class DatasetFormatError(ValueError):
-    """A data file does not match the layout it was read as.
-
-    The message names the file and, when known, the 0-based record number.
-    """
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,8 @@ class QATask:
         id: The dataset's id of the question.
         question: The question text.
         answers: The gold answer first, then its aliases (never empty).
-        paragraphs: The context paragraphs, in dataset order.
+        paragraphs: The context paragraphs, in dataset order (empty for
+            question-only data, which needs an external corpus).
         supporting: Ids of the gold supporting paragraphs found in the
             context, in the order the annotation names them.
         supporting_facts: Gold supporting sentences as ``(title, sent_id)``
@@ -84,7 +79,8 @@ class QATask:
         level: HotpotQA difficulty level, else ``None``.
         hops: Reasoning hops: 2 for HotpotQA, the number of gold paragraphs
             for 2Wiki, the length of the decomposition for MuSiQue.
-        source: ``"hotpotqa"``, ``"2wikimultihopqa"`` or ``"musique"``.
+        source: ``"hotpotqa"``, ``"2wikimultihopqa"``, ``"musique"``, or
+            ``"open"`` for question-only data of unknown origin (NQ, Bamboogle, ...).
         decomposition: MuSiQue sub-questions, in order (else empty).
         evidences: 2WikiMultihopQA evidence triples ``(subject, relation, object)``.
         answerable: ``False`` for MuSiQue-Full's unanswerable variants (their

@@ -15,7 +15,13 @@ Three corpus modes (``corpus=``):
 * ``"pooled"`` - every paragraph of every loaded question is searchable;
 * a path to a corpus file (``{"id", "contents"}`` or ``{"title", "text"}``
   JSON lines / list) - open retrieval over that corpus; gold evidence is then
-  matched by title.
+  matched by title. Question-only data (no paragraphs) needs this mode.
+
+``retriever="remote", retriever_url=...`` searches a Search-R1 ``/retrieve``
+server (:mod:`agent_gym.retrieval.server`) instead of a local index: with
+``"question"``/``"pooled"`` the server must index the loaded paragraphs
+(``--qa-data`` the same file); with a corpus path, that path is not read here
+(the server holds it, e.g. ``--corpus`` the same file).
 
 Example:
     >>> import gymnasium as gym, agent_gym
@@ -40,7 +46,7 @@ from agent_gym.core.history import Role, ToolCall, ToolResult
 from agent_gym.core.noise import ToolNoise
 from agent_gym.core.tool import Tool
 from agent_gym.datasets import QATask, Source, Split, embedded_path, load_qa, score_answer, select_split
-from agent_gym.retrieval import BM25Retriever, Passage, dedupe_passages, load_corpus
+from agent_gym.retrieval import BM25Retriever, Passage, RemoteRetriever, dedupe_passages, load_corpus
 from agent_gym.rewards import make_rubric
 from agent_gym.tools.search import SearchTool
 
@@ -62,31 +68,41 @@ class CorpusMode(StrEnum):
 
 
 @lru_cache(maxsize=8)
-def _load_cached(path: str, source: str | None, mtime_ns: int, size: int) -> tuple[QATask, ...]:
+def _load_cached(path: str, source: str | None, mtime_ns: int, size: int, **options: Any) -> tuple[QATask, ...]:
     del mtime_ns, size  # part of the cache key only: a changed file is reloaded
-    return tuple(load_qa(path, source=source))
+    return tuple(load_qa(path, source=source, **options))
 
 
 def load_tasks(
-    data_path: str | Path | None = None,
+    data_path: Any = None,
     *,
     source: str | Source | None = None,
     split: str | Split = Split.ALL,
     limit: int | None = None,
+    data_files: str | None = None,
+    include_unanswerable: bool = False,
 ) -> tuple[QATask, ...]:
-    """The tasks an env poses: a file/folder (or the embedded sample), then the split, then ``limit``.
+    """The tasks an env poses: a file/folder/dataset (or the embedded sample), then the split, then ``limit``.
 
     Loaded files are cached per process (keyed by path and modification
-    time), so N environments over one file parse it once.
+    time), so N environments over one file parse it once. ``data_path`` may
+    also be a ``datasets.Dataset`` or a list of records (not cached);
+    ``data_files`` and ``include_unanswerable`` go to :func:`~agent_gym.datasets.load_qa`.
     """
     src = Source(source) if source is not None else None
-    path = Path(data_path) if data_path is not None else embedded_path(src or Source.HOTPOTQA)
-    if not path.exists():
-        raise FileNotFoundError(f"data_path does not exist: {path}")
-    stat = path.stat()
-    tasks = select_split(
-        _load_cached(str(path.resolve()), src.value if src else None, stat.st_mtime_ns, stat.st_size), split
-    )
+    options = {"data_files": data_files, "include_unanswerable": include_unanswerable}
+    if data_path is not None and not isinstance(data_path, str | Path):
+        loaded: Sequence[QATask] = load_qa(data_path, source=src, **options)
+        path: Any = f"<{type(data_path).__name__}>"
+    else:
+        path = Path(data_path) if data_path is not None else embedded_path(src or Source.HOTPOTQA)
+        if not path.exists():
+            raise FileNotFoundError(f"data_path does not exist: {path}")
+        stat = path.stat()
+        loaded = _load_cached(
+            str(path.resolve()), src.value if src else None, stat.st_mtime_ns, stat.st_size, **options
+        )
+    tasks = select_split(loaded, split)
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive int or None (got {limit!r})")
@@ -105,10 +121,18 @@ class RetrieverBackend(StrEnum):
     """pyserini / Anserini BM25 (extra ``lucene``; needs Java 21+)."""
     DENSE = "dense"
     """sentence-transformers all-MiniLM-L6-v2 embeddings (extra ``dense``; slow to encode on CPU)."""
+    REMOTE = "remote"
+    """A Search-R1 ``/retrieve`` server at ``retriever_url`` (see :mod:`agent_gym.retrieval.server`)."""
 
 
-def _make_retriever(backend: str | RetrieverBackend, passages: Sequence[Passage]) -> Any:
+def _make_retriever(backend: str | RetrieverBackend, passages: Sequence[Passage], url: str | None = None) -> Any:
     backend = RetrieverBackend(backend)
+    if (backend is RetrieverBackend.REMOTE) != (url is not None):
+        raise ValueError(
+            f"retriever_url= goes with retriever='remote' and only with it (got {backend.value!r}, {url!r})"
+        )
+    if backend is RetrieverBackend.REMOTE:
+        return RemoteRetriever(url)  # type: ignore[arg-type]
     if backend is RetrieverBackend.LUCENE:
         from agent_gym.retrieval.lucene import LuceneRetriever
 
@@ -142,11 +166,16 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         tool_noise: A :class:`~agent_gym.core.noise.ToolNoise` or a dict of its fields.
         top_k: Passages per search.
-        retriever: Search backend, ``"bm25"`` (default), ``"lucene"`` or
-            ``"dense"`` (see :class:`RetrieverBackend`); one index per corpus
-            is built and shared by every env in the process.
+        retriever: Search backend, ``"bm25"`` (default), ``"lucene"``,
+            ``"dense"`` or ``"remote"`` (see :class:`RetrieverBackend`); one
+            index per corpus is built and shared by every env in the process.
+        retriever_url: The ``/retrieve`` endpoint for ``retriever="remote"``.
         max_passage_chars: Each passage is cut to this many characters.
         limit: Use only the first ``limit`` tasks of the split.
+        data_files: With a folder ``data_path``: a glob choosing its files
+            (a folder mixing splits is refused without it).
+        include_unanswerable: Pose MuSiQue-Full's ``answerable: false``
+            questions too (skipped by default: the answerable setting).
         **kwargs: Further :class:`~agent_gym.core.env.ToolEnv` arguments
             (``max_action_length``, ``max_observation_length``, ``render_mode``, ...).
     """
@@ -154,7 +183,7 @@ class MultiHopQAEnv(ToolEnv[QATask]):
     def __init__(
         self,
         *,
-        data_path: str | Path | None = None,
+        data_path: Any = None,
         split: str = "all",
         source: str | None = None,
         corpus: str | Path = "question",
@@ -165,19 +194,29 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         tool_noise: ToolNoise | Mapping[str, Any] | None = None,
         top_k: int = 3,
         retriever: str = "bm25",
+        retriever_url: str | None = None,
         max_passage_chars: int = 600,
         limit: int | None = None,
+        data_files: str | None = None,
+        include_unanswerable: bool = False,
         **kwargs: Any,
     ) -> None:
         rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
         super().__init__(rubric=rubric, action_format=action_format, tool_noise=tool_noise, **kwargs)
-        self._tasks = load_tasks(data_path, source=source, split=split, limit=limit)
+        self._tasks = load_tasks(
+            data_path,
+            source=source,
+            split=split,
+            limit=limit,
+            data_files=data_files,
+            include_unanswerable=include_unanswerable,
+        )
         self._index_of = self._index_tasks(self._tasks)
         self.top_k = top_k
         self.max_passage_chars = max_passage_chars
-        self.corpus_mode, passages = self._corpus_passages(corpus)
-        self.retriever = _make_retriever(retriever, passages)
-        self._title_of = {p.id: p.title for p in self.retriever.passages}
+        self.corpus_mode, passages = self._corpus_passages(corpus, remote=retriever == RetrieverBackend.REMOTE)
+        self.retriever = _make_retriever(retriever, passages, retriever_url)
+        self._title_of = {p.id: p.title for p in passages}
         self._shared_tool = None if self.corpus_mode is CorpusMode.QUESTION else self._search_tool(None)
         self._oracle_queries: dict[tuple[int, str], str | None] = {}
 
@@ -194,10 +233,17 @@ class MultiHopQAEnv(ToolEnv[QATask]):
             )
         return index
 
-    def _corpus_passages(self, corpus: str | Path) -> tuple[CorpusMode | None, list[Passage]]:
+    def _corpus_passages(self, corpus: str | Path, remote: bool) -> tuple[CorpusMode | None, list[Passage]]:
         if isinstance(corpus, str) and corpus in {m.value for m in CorpusMode}:
+            if not any(t.paragraphs for t in self._tasks):
+                raise ValueError(
+                    f"corpus={corpus!r} searches the tasks' own paragraphs, but this data is question-only; "
+                    "pass corpus= a corpus file (open retrieval)"
+                )
             paragraphs = (p.to_passage() for t in self._tasks for p in t.paragraphs)
             return CorpusMode(corpus), dedupe_passages(paragraphs)
+        if remote:  # the server holds the corpus; nothing to read here
+            return None, []
         path = Path(corpus)
         if not path.is_file():
             raise ValueError(f"corpus must be 'question', 'pooled' or a path to a corpus file (got {corpus!r})")
@@ -244,8 +290,13 @@ class MultiHopQAEnv(ToolEnv[QATask]):
     def revealed_evidence(self, call: ToolCall, result: ToolResult, state: EpisodeState[QATask]) -> set[str]:
         shown = super().revealed_evidence(call, result, state)
         if self.corpus_mode is None:
-            return {self._title_of[pid] for pid in shown if pid in self._title_of}
+            return {title for pid in shown if (title := self._passage_title(pid)) is not None}
         return shown
+
+    def _passage_title(self, pid: str) -> str | None:
+        if isinstance(self.retriever, RemoteRetriever):
+            return self.retriever.title_of(pid)
+        return self._title_of.get(pid)
 
     def score_answer(self, task: QATask, answer: str) -> dict[str, float]:
         """``em``, ``f1`` and ``substring`` against every gold answer and alias."""

@@ -19,7 +19,15 @@ Example:
 
 from agent_gym.retrieval.base import Retriever
 from agent_gym.retrieval.bm25 import Analyzer, BM25Retriever
-from agent_gym.retrieval.corpus import Hit, Passage, dedupe_passages, load_corpus, parse_contents, passage_id
+from agent_gym.retrieval.corpus import (
+    DatasetFormatError,
+    Hit,
+    Passage,
+    dedupe_passages,
+    load_corpus,
+    parse_contents,
+    passage_id,
+)
 from agent_gym.retrieval.dense import DenseRetriever
 from agent_gym.retrieval.lucene import LuceneRetriever
 from agent_gym.retrieval.remote import RemoteRetriever, RemoteRetrieverError
@@ -27,6 +35,7 @@ from agent_gym.retrieval.remote import RemoteRetriever, RemoteRetrieverError
 __all__ = [
     "Analyzer",
     "BM25Retriever",
+    "DatasetFormatError",
     "DenseRetriever",
     "Hit",
     "LuceneRetriever",

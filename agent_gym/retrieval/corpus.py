@@ -17,15 +17,15 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Hit", "Passage", "dedupe_passages", "load_corpus", "parse_contents", "passage_id"]
+from agent_gym.retrieval.files import DatasetFormatError, iter_records
+
+__all__ = ["DatasetFormatError", "Hit", "Passage", "dedupe_passages", "load_corpus", "parse_contents", "passage_id"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _record_to_passage(record: Any) -> Passage:
     if not isinstance(record, Mapping):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     for key in ("id", "contents", "title", "text"):
-        if key in record and not isinstance(record[key], str | int):
+        if key in record and (not isinstance(record[key], str | int) or isinstance(record[key], bool)):
             raise ValueError(f"field {key!r} must be a string, got {type(record[key]).__name__}")
     if "contents" in record:
         title, text = parse_contents(str(record["contents"]))
@@ -129,36 +129,11 @@ def _record_to_passage(record: Any) -> Passage:
     return Passage(id=pid, title=title, text=text)
 
 
-def _open_text(path: Path) -> str:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return f.read()
-    return path.read_text(encoding="utf-8")
-
-
-def _iter_records(path: Path, raw: str) -> Iterator[tuple[int, Any]]:
-    """Yield ``(record number, decoded record)``; numbers are 1-based lines (JSONL) or list positions (JSON)."""
-    if raw.lstrip().startswith("["):
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON: {exc}") from exc
-        yield from enumerate(data, start=1)
-        return
-    for number, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: record {number}: not valid JSON: {exc}") from exc
-
-
 def load_corpus(path: str | Path) -> list[Passage]:
     """Read a passage corpus file.
 
-    Accepted layouts, one object per line (JSONL, optionally ``.gz``) or a JSON
-    list of objects:
+    Accepted layouts, one object per line (JSONL) or a JSON list of objects,
+    either optionally gzip-compressed (``.gz``):
 
     * ``{"id", "contents"}`` with contents ``"Title\\ntext"`` or
       ``"\\"Title\\"\\ntext"`` (DPR / Search-R1 / FlashRAG);
@@ -175,26 +150,27 @@ def load_corpus(path: str | Path) -> list[Passage]:
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: For an empty file, undecodable JSON or a malformed record
-            (the message names the file and the record number), or two
-            different passages sharing an id.
+        DatasetFormatError: (a ``ValueError``) For an empty file, bytes that
+            are not UTF-8, a ``.gz`` file that is not (complete) gzip,
+            undecodable JSON or a malformed record (the message names the file
+            and the 0-based record number), or two different passages sharing
+            an id.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")
-    raw = _open_text(path)
     passages: list[Passage] = []
-    for number, record in _iter_records(path, raw):
+    for number, record in iter_records(path):
         try:
             passages.append(_record_to_passage(record))
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{path}: record {number}: {exc}") from exc
+            raise DatasetFormatError(f"{path}: record {number}: {exc}") from None
     if not passages:
-        raise ValueError(f"{path}: no passages found (empty corpus)")
+        raise DatasetFormatError(f"{path}: no passages found (empty corpus)")
     try:
         return dedupe_passages(passages)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from exc
+        raise DatasetFormatError(f"{path}: {exc}") from None
 
 
 def dedupe_passages(passages: Iterable[Passage]) -> list[Passage]:

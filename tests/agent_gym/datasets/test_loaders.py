@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_gym.datasets import (
+    EMBEDDED_FILES,
     DatasetFormatError,
     Layout,
     Source,
@@ -63,16 +64,33 @@ def test_fullwiki_records_missing_gold_paragraphs(shared_data: Path) -> None:
         assert not present & set(t.missing_supporting)
 
 
-def test_folder_loads_every_data_file(shared_data: Path) -> None:
-    tasks = load_qa(shared_data / "musique")
-    assert len(tasks) == 200
-    assert len(load_qa(shared_data / "musique", limit=150)) == 150
+def test_folder_of_one_split_loads_every_data_file_and_skips_the_corpus(shared_data: Path) -> None:
+    # 2wikimultihopqa/ holds dev_503.jsonl and corpus_6119_passages.json: the corpus file is not QA data
+    assert len(load_qa(shared_data / "2wikimultihopqa")) == 503
 
 
-def test_question_only_files_are_refused_clearly(shared_data: Path) -> None:
-    path = shared_data / "qa_only/hotpotqa_dev_7405_qa.json"
-    with pytest.raises(DatasetFormatError, match=r"hotpotqa_dev_7405_qa\.json: record 0: unknown record layout"):
-        load_qa(path)
+@pytest.mark.parametrize(
+    ("folder", "groups"),
+    [
+        ("hotpotqa", ["dev+distractor: dev_distractor_head_53_official.json", "dev+fullwiki:", "train:"]),
+        ("musique", ["dev+ans: ans_dev_100.json", "train+ans: ans_train_100.json"]),
+    ],
+)
+def test_folder_mixing_splits_is_refused_with_the_files_listed(shared_data: Path, folder: str, groups) -> None:
+    with pytest.raises(DatasetFormatError, match=rf"{folder}: the folder mixes {len(groups)} splits/settings") as err:
+        load_qa(shared_data / folder)
+    for group in groups:
+        assert group in str(err.value)
+
+
+def test_data_files_glob_chooses_inside_a_folder(shared_data: Path) -> None:
+    dev = load_qa(shared_data / "hotpotqa", data_files="dev_distractor_*")
+    assert len(dev) == 53 + 300 + 300 + 500  # the four distractor dev files, nothing from train or fullwiki
+    assert len(load_qa(shared_data / "musique", data_files="ans_train_*", limit=150)) == 100
+    with pytest.raises(DatasetFormatError, match=r"no data file matches data_files='nothing\*'"):
+        load_qa(shared_data / "musique", data_files="nothing*")
+    with pytest.raises(ValueError, match="selects files inside a folder"):
+        load_qa(shared_data / "musique/ans_dev_100.json", data_files="*")
 
 
 # ------------------------------------------------------------------- embedded samples
@@ -102,7 +120,7 @@ def test_embedded_hotpotqa_sample_is_consistent() -> None:
 
 
 def test_embedded_files_are_in_three_layouts() -> None:
-    first_lines = {s: embedded_path(s).read_text(encoding="utf-8").lstrip()[:1] for s in Source}
+    first_lines = {s: embedded_path(s).read_text(encoding="utf-8").lstrip()[:1] for s in EMBEDDED_FILES}
     assert first_lines == {Source.HOTPOTQA: "[", Source.TWOWIKI: "{", Source.MUSIQUE: "{"}
     musique = load_embedded("musique")
     assert {t.hops for t in musique} == {2, 3}
@@ -199,7 +217,11 @@ def test_missing_field_names_the_field_and_record(tmp_path: Path) -> None:
     ("mutate", "pattern"),
     [
         (lambda r: r.update(context=[["only a title"]]), r"context\[0\] must be \[title, \[sentences\]\]"),
-        (lambda r: r.update(supporting_facts=[["T", "zero"]]), r"supporting_facts\[0\] must be \[title, sent_id\]"),
+        (lambda r: r.update(supporting_facts=[["T", "zero"]]), r"supporting_facts\[0\] sent_id must be an integer"),
+        (lambda r: r.update(supporting_facts=[["T"]]), r"supporting_facts\[0\] must be \[title, sent_id\]"),
+        (lambda r: r.update(answer=["a", 1.5, None]), r"field 'answer' must be a string or a list of strings"),
+        (lambda r: r.update(answer=float("inf")), r"field 'answer' holds a non-finite number"),
+        (lambda r: r.update(evidences=[["a", 2, "c"]]), "evidences must hold strings"),
         (lambda r: r.update(answer=""), "the gold answer is empty"),
         (lambda r: r.update(question=7), "field 'question' must be a str"),
         (lambda r: r.update(context="not paragraphs"), "unknown record layout"),
@@ -233,15 +255,41 @@ def test_empty_binary_and_missing_inputs(tmp_path: Path) -> None:
     with pytest.raises(DatasetFormatError, match="must be a JSON object"):
         load_qa(_write(tmp_path, "numbers.json", "[1, 2]"))
     (tmp_path / "nodata").mkdir()
-    with pytest.raises(DatasetFormatError, match=r"holds no \.json or \.jsonl files"):
+    with pytest.raises(DatasetFormatError, match=r"holds no \.json, \.jsonl, \.csv data files"):
         load_qa(tmp_path / "nodata")
     with pytest.raises(FileNotFoundError):
         load_qa(tmp_path / "absent.json")
     assert issubclass(DatasetFormatError, ValueError)
 
 
-def test_musique_full_unanswerable_flag(tmp_path: Path) -> None:
+def test_musique_full_unanswerable_records_skipped_by_default(tmp_path: Path) -> None:
     records = [json.loads(x) for x in embedded_path("musique").read_text(encoding="utf-8").splitlines()]
     records[1]["answerable"] = False
+    records[4]["answerable"] = False
     path = _write(tmp_path, "full.jsonl", "\n".join(json.dumps(r) for r in records))
-    assert [t.answerable for t in load_qa(path)][:3] == [True, False, True]
+    kept = load_qa(path)
+    assert [t.id for t in kept] == [r["id"] for i, r in enumerate(records) if i not in (1, 4)]
+    everything = load_qa(path, include_unanswerable=True)
+    assert [t.answerable for t in everything] == [i not in (1, 4) for i in range(8)]
+    assert [t.id for t in load_qa(path, limit=2)] == [records[0]["id"], records[2]["id"]]
+    for r in records:
+        r["answerable"] = False
+    path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=r"all 8 records are unanswerable.*include_unanswerable=True"):
+        load_qa(path)
+    records[0]["answerable"] = "no"
+    path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match="record 0: field 'answerable' must be true or false"):
+        load_qa(path, include_unanswerable=True)
+
+
+def test_shared_musique_samples_are_all_answerable(shared_data: Path) -> None:
+    """The shared MuSiQue files are MuSiQue-Ans: the default skips none (0 of 2,617 records unanswerable)."""
+    files = [
+        "musique/ans_dev_100.json",
+        "musique/ans_train_100.json",
+        "qa_only/musique_ans_dev_2417_decomp_no_paragraphs.json",
+    ]
+    for name in files:
+        assert len(load_qa(shared_data / name)) == len(load_qa(shared_data / name, include_unanswerable=True))
+    assert sum(len(load_qa(shared_data / name)) for name in files) == 2617

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agent_gym.retrieval import Passage, dedupe_passages, load_corpus, parse_contents, passage_id
+from agent_gym.retrieval import DatasetFormatError, Passage, dedupe_passages, load_corpus, parse_contents, passage_id
 
 
 def test_passage_id_is_title_and_sha1_prefix():
@@ -67,29 +67,34 @@ def test_load_gzip_skips_blank_lines_and_exact_duplicates(tmp_path):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('{"id": "a", "contents": "A\\nx"}\n{"id": "b", "contents": \n', r"c\.jsonl: record 2: not valid JSON"),
-        ('{"id": "a", "contents": "A\\nx"}\n[1, 2]\n', r"record 2: expected a JSON object, got list"),
-        ('{"id": "a", "contents": "A\\nx"}\n{"id": "b"}\n', r"record 2: needs 'contents' or 'text'"),
-        ('{"id": "a", "contents": ["A", "x"]}\n', r"record 1: field 'contents' must be a string"),
-        ('{"id": "", "contents": "A\\nx"}\n', r"record 1: empty 'id'"),
-        ("\n\n", r"no passages found"),
+        (
+            '{"id": "a", "contents": "A\\nx"}\n{"id": "b", "contents": \n',
+            r"c\.jsonl: record 1 \(line 2\): invalid JSON",
+        ),
+        ('{"id": "a", "contents": "A\\nx"}\n[1, 2]\n', r"c\.jsonl: record 1: expected a JSON object, got list"),
+        ('{"id": "a", "contents": "A\\nx"}\n{"id": "b"}\n', r"record 1: needs 'contents' or 'text'"),
+        ('{"id": "a", "contents": ["A", "x"]}\n', r"record 0: field 'contents' must be a string"),
+        ('{"id": true, "contents": "A\\nx"}\n', r"record 0: field 'id' must be a string"),
+        ('{"id": "", "contents": "A\\nx"}\n', r"record 0: empty 'id'"),
+        ("\n\n", r"c\.jsonl: the file is empty"),
+        ("[]", r"c\.jsonl: no passages found"),
         ('{"id": "a", "contents": "A\\nx"}\n{"id": "a", "contents": "B\\ny"}\n', r"two different passages share"),
     ],
 )
 def test_bad_jsonl_names_file_and_record(tmp_path, body, message):
     path = tmp_path / "c.jsonl"
     path.write_text(body, encoding="utf-8")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(DatasetFormatError, match=message):
         load_corpus(path)
 
 
 def test_bad_json_list_names_record(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps([{"title": "A", "text": "x"}, "oops"]))
-    with pytest.raises(ValueError, match=r"c\.json: record 2: expected a JSON object, got str"):
+    with pytest.raises(DatasetFormatError, match=r"c\.json: record 1: expected a JSON object, got str"):
         load_corpus(path)
     path.write_text("[{]")
-    with pytest.raises(ValueError, match=r"c\.json: not valid JSON"):
+    with pytest.raises(DatasetFormatError, match=r"c\.json: record 0: invalid JSON"):
         load_corpus(path)
 
 
