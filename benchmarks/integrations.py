@@ -16,10 +16,11 @@ those actions on the same tasks and seeds, and the time per step is measured:
   is what verifiers plus the adapter add per turn. Per-episode fixed costs
   (runtime, scoring, trace) are reported separately as ms/episode.
 
-The peer comparison (SkyRL-gym's own ``SearchEnv`` vs our HotpotQA env, both
-searching one Search-R1 ``/retrieve`` server) needs ``--retrieval-url`` and an
-env that searches through ``RemoteRetriever``; without them it is reported as
-pending.
+The peer comparison plays the same HotpotQA search/answer actions (our
+oracle's, in Search-R1 tags) on SkyRL-gym's own ``SearchEnv`` and on our
+``AgentR1/HotpotQA-v0`` with ``retriever="remote"`` (``RemoteRetriever``), both
+searching one ``python -m agent_gym.retrieval.server`` process over the same
+paragraphs (top-3, pooled), and reports steps/s for each.
 
 Usage:
     python benchmarks/integrations.py                          # every env, every installed adapter
@@ -38,6 +39,8 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import httpx
@@ -46,6 +49,9 @@ from tqdm import tqdm
 import agent_gym
 from agent_gym.envs import REGISTRY
 
+SHARED_HOTPOTQA = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "dev_distractor_sample_a_300.jsonl"
+)
 ADAPTERS = ("native", "skyrl", "openenv", "verifiers")
 REQUIRES = {"skyrl": "skyrl_gym", "openenv": "openenv", "verifiers": "verifiers"}
 
@@ -62,8 +68,14 @@ class Args:
     """Episode seed (the same for every task, as a verifiers taskset seeds them)."""
     adapters: list[str] = field(default_factory=lambda: list(ADAPTERS))
     """Which adapters to time (those whose framework is not installed are skipped)."""
+    peer: bool = True
+    """Run the peer comparison (needs skyrl-gym and the ``server`` extra)."""
+    peer_episodes: int = 100
+    """HotpotQA episodes in the peer comparison."""
+    peer_data: str = ""
+    """HotpotQA file for the peer comparison (default: the shared dev sample A)."""
     retrieval_url: str = ""
-    """A Search-R1 ``/retrieve`` endpoint for the peer comparison (empty: pending)."""
+    """Use this running ``/retrieve`` server (indexing ``peer_data``) instead of starting one."""
 
 
 @dataclass
@@ -162,25 +174,31 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
+def _process(command: list[str], health_url: str) -> Iterator[subprocess.Popen]:
+    """Run ``command`` until ``health_url`` answers 200; terminate it on exit."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(health_url, timeout=1).status_code == 200:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{command[2]} did not start: {process.stderr.read().decode()[-2000:]}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextlib.contextmanager
 def openenv_server_process(env_id: str) -> Iterator[str]:
     """``python -m agent_gym.integrations.openenv`` in its own process; yields its URL."""
     port = _free_port()
     command = [sys.executable, "-m", "agent_gym.integrations.openenv", env_id, "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"OpenEnv server did not start: {process.stderr.read().decode()[-2000:]}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with _process(command, f"http://127.0.0.1:{port}/health"):
+        yield f"http://127.0.0.1:{port}"
 
 
 def time_openenv(env_id: str, episodes: list[Episode], bar: tqdm) -> Timing:
@@ -209,8 +227,7 @@ def time_verifiers(env_id: str, episodes: list[Episode], bar: tqdm) -> tuple[Tim
     from verifiers.v1.cli.eval.runner import run_eval
     from verifiers.v1.configs.cli.eval import EvalConfig
 
-    from agent_gym.integrations._serving import background_uvicorn
-    from agent_gym.integrations.scripted import make_chat_app
+    from agent_gym.integrations.scripted import background_uvicorn, make_chat_app
 
     logging.getLogger("verifiers").setLevel(logging.WARNING)
     scripts = {_question(env_id, ep): ep.actions for ep in episodes}
@@ -262,13 +279,84 @@ def _question(env_id: str, ep: Episode) -> str:
     return info["messages"][1]["content"]
 
 
+@contextlib.contextmanager
+def retrieval_server_process(qa_data: str) -> Iterator[str]:
+    """``python -m agent_gym.retrieval.server --qa-data FILE`` in its own process; yields its /retrieve URL."""
+    port = _free_port()
+    command = [sys.executable, "-m", "agent_gym.retrieval.server", "--qa-data", qa_data, "--port", str(port),
+               "--log-level", "warning"]  # fmt: skip
+    with _process(command, f"http://127.0.0.1:{port}/health") as _:
+        yield f"http://127.0.0.1:{port}/retrieve"
+
+
+def _queries_session() -> Any:
+    """A ``requests`` session that sends SkyRL's ``{"query": q}`` as Search-R1's ``{"queries": [q]}``.
+
+    SkyRL-gym 0.4's ``SearchEnv`` posts one ``query`` string; Search-R1's
+    ``/retrieve`` (and ``agent_gym.retrieval.server``) takes a ``queries`` list and
+    answers 422 otherwise. Renaming the field client-side keeps both envs on the
+    same server with the same HTTP cost (one request per search).
+    """
+    import requests
+
+    class QueriesSession(requests.Session):
+        def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+            body = kwargs.get("json")
+            if isinstance(body, dict) and "query" in body:
+                kwargs["json"] = {**{k: v for k, v in body.items() if k != "query"}, "queries": [body["query"]]}
+            return super().request(method, url, **kwargs)
+
+    return QueriesSession()
+
+
 def peer_comparison(args: Args) -> None:
-    """SkyRL-gym's SearchEnv vs our HotpotQA env on one /retrieve server (needs --retrieval-url)."""
-    if not args.retrieval_url:
-        print("\npeer comparison (SkyRL SearchEnv vs AgentR1/HotpotQA-v0 over one /retrieve server): pending "
-              "- pass --retrieval-url and an env that searches through RemoteRetriever")  # fmt: skip
+    """SkyRL-gym's own SearchEnv vs our HotpotQA env: the same search/answer actions, one /retrieve server."""
+    from skyrl_gym.envs.search.env import SearchEnv, SearchEnvConfig
+    from skyrl_gym.tools.search import SearchToolGroup
+
+    data = args.peer_data or str(SHARED_HOTPOTQA)
+    if not Path(data).is_file():
+        print(f"\npeer comparison: skipped ({data} not found; pass --peer-data a HotpotQA file)")
         return
-    raise NotImplementedError("peer comparison: our QA env cannot search through RemoteRetriever yet (retriever=)")
+    with contextlib.ExitStack() as stack:
+        url = args.retrieval_url or stack.enter_context(retrieval_server_process(data))
+        SearchToolGroup._session_pool[url.rsplit("/", 1)[0]] = _queries_session()  # SkyRL's shared-session pool
+        ours = gym.make("AgentR1/HotpotQA-v0", data_path=data, corpus="pooled", retriever="remote",
+                        retriever_url=url, action_format="tags", top_k=3)  # fmt: skip
+        episodes = []
+        for i in range(min(args.peer_episodes, ours.unwrapped.num_tasks())):
+            ours.reset(seed=args.seed, options={"task_index": i})
+            actions, done = [], False
+            while not done:
+                actions.append(ours.unwrapped.oracle_action())
+                _, _, terminated, truncated, _ = ours.step(actions[-1])
+                done = terminated or truncated
+            episodes.append((i, actions, list(ours.unwrapped.state.task.answers)))
+        timings = {"AgentR1/HotpotQA-v0 (RemoteRetriever)": Timing(), "skyrl SearchEnv": Timing()}
+        ours_t, theirs_t = timings.values()
+        for i, actions, answers in tqdm(episodes, desc="peer episodes", unit="ep"):
+            ours.reset(seed=args.seed, options={"task_index": i})
+            for action in actions:
+                start = time.perf_counter()
+                ours.step(action)
+                ours_t.seconds += time.perf_counter() - start
+            extras = {"reward_spec": {"ground_truth": {"target": answers}}, "max_turns": len(actions) + 1}
+            theirs = SearchEnv(SearchEnvConfig(search_url=url, topk=3, log_requests=False), extras)
+            theirs.init([{"role": "user", "content": "question"}])
+            for action in actions:
+                start = time.perf_counter()
+                out = theirs.step(action)
+                theirs_t.seconds += time.perf_counter() - start
+                if "Search error" in str(out["observations"]):
+                    raise RuntimeError(f"SearchEnv's search failed: {out['observations']}")
+            ours_t.steps += len(actions)
+            theirs_t.steps += len(actions)
+    searches = sum(a.startswith("<search>") for _, actions, _ in episodes for a in actions)
+    print(f"\npeer comparison: {len(episodes)} HotpotQA episodes from {Path(data).name}, {ours_t.steps} steps "
+          f"({searches} searches, top-3 over one /retrieve server, pooled paragraphs)")  # fmt: skip
+    for name, timing in timings.items():
+        print(f"  {name:<40}{1000 / max(timing.ms_per_step, 1e-9):>9.1f} steps/s{timing.ms_per_step:>9.3f} ms/step")
+    print(f"  ratio (ours / SearchEnv steps/s): {theirs_t.ms_per_step / ours_t.ms_per_step:.2f}")
 
 
 def main() -> None:
@@ -304,7 +392,8 @@ def main() -> None:
             f"{1000 * timing.episode_seconds / max(timing.episodes, 1):>12.1f}"
         )
     print("ref = native env step (+ a direct request to the scripted model for verifiers); overhead = ms/step - ref")
-    peer_comparison(args)
+    if args.peer and importlib.util.find_spec("skyrl_gym") and importlib.util.find_spec("fastapi"):
+        peer_comparison(args)
 
 
 if __name__ == "__main__":

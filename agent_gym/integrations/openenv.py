@@ -44,8 +44,8 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 from starlette.websockets import WebSocketDisconnect
 
-from agent_gym.integrations._serving import background_uvicorn
 from agent_gym.integrations.session import EnvSession, EnvSource, NativeCall, ObservationStyle, make_tool_env
+from agent_gym.retrieval.server import BackgroundServer
 
 __all__ = [
     "ANSWER_TOOL",
@@ -247,8 +247,8 @@ def serve(env: EnvSource, host: str = "127.0.0.1", port: int = 8000, **app_kwarg
 @contextlib.contextmanager
 def background_server(env: EnvSource, host: str = "127.0.0.1", port: int = 0, **app_kwargs: Any) -> Iterator[str]:
     """Run the server in a thread (``port=0``: a free port); yields its ``http://host:port`` URL."""
-    with background_uvicorn(make_app(env, **app_kwargs), host, port) as url:
-        yield url
+    with BackgroundServer(make_app(env, **app_kwargs), host, port) as server:
+        yield f"http://{server.host}:{server.port}"
 
 
 class AgentGymClient(EnvClient[AgentGymAction, AgentGymObservation, AgentGymState]):

@@ -16,16 +16,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from agent_gym.integrations._serving import background_uvicorn
 from agent_gym.integrations.session import EnvSession, make_tool_env
+from agent_gym.retrieval.server import BackgroundServer
 
 __all__ = ["ChatPolicy", "Reply", "background_uvicorn", "make_chat_app", "oracle_policy"]
 
@@ -127,3 +128,13 @@ def oracle_policy(
 
 def _question(messages: Sequence[Mapping[str, Any]]) -> str:
     return next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
+
+
+@contextlib.contextmanager
+def background_uvicorn(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve an ASGI app from a thread (``port=0``: a free port); yields ``http://host:port``.
+
+    A thin wrapper of :class:`agent_gym.retrieval.server.BackgroundServer` that yields the base URL.
+    """
+    with BackgroundServer(app, host, port) as server:
+        yield f"http://{server.host}:{server.port}"

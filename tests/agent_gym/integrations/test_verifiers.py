@@ -24,8 +24,7 @@ from fastapi import HTTPException
 from verifiers.v1.cli.eval.runner import run_eval
 from verifiers.v1.configs.cli.eval import EvalConfig
 
-from agent_gym.integrations._serving import background_uvicorn
-from agent_gym.integrations.scripted import make_chat_app, oracle_policy
+from agent_gym.integrations.scripted import background_uvicorn, make_chat_app, oracle_policy
 from agent_gym.integrations.verifiers import AgentGymTaskset, load_environment
 from tests.agent_gym.integrations.conftest import native_oracle_run
 from tests.conftest import LookupEnv
