@@ -1,0 +1,178 @@
+"""OpenEnv adapter: a real server on a free port, driven by OpenEnv's own clients and harness."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import httpx
+import pytest
+
+pytest.importorskip("openenv.core")
+from openenv import GenericEnvClient
+from openenv.core.harness import MCPHarnessAdapter, ModelStepResult, build_harness_rollout_func
+from openenv.core.llm_client import LLMResponse, ToolCall
+
+from agent_gym.core.parsing import make_parser
+from agent_gym.integrations.openenv import (
+    ANSWER_TOOL,
+    AgentGymAction,
+    AgentGymClient,
+    AgentGymSessionFactory,
+    background_server,
+)
+from tests.agent_gym.integrations.conftest import native_oracle_run
+from tests.conftest import LookupEnv
+
+
+def test_every_env_served_and_stepped_by_the_typed_client(env_id):
+    with background_server(env_id) as url, AgentGymClient(base_url=url).sync() as client:
+        for task_index in (0, 4):
+            native = native_oracle_run(env_id, task_index, seed=3)
+            first = client.reset(seed=3, task_index=task_index).observation
+            assert first.messages == native.messages and first.tools and not first.done
+            results = [client.step(AgentGymAction(text=a)) for a in native.actions]
+            assert [r.reward for r in results] == pytest.approx(native.rewards)
+            assert [r.done for r in results][-1] and not any(r.done for r in results[:-1])
+            last = results[-1].observation
+            assert last.stop_reason == native.stop_reason and last.metrics == pytest.approx(native.metrics)
+            state = client.state()
+            assert state.episode_return == pytest.approx(native.episode_return)
+            assert state.step_count == len(native.actions) and state.task_index == task_index
+
+
+def test_tool_call_and_answer_actions_are_written_in_the_envs_format():
+    with background_server("AgentR1/HotpotQA-v0", env_kwargs={"action_format": "tags"}) as url:
+        with AgentGymClient(base_url=url).sync() as client:
+            client.reset(seed=0, task_index=0)
+            step = client.step(AgentGymAction(tool_name="search", arguments={"query": "Odile Marchetti"}))
+            assert step.reward == pytest.approx(0.09)
+            assert step.observation.tool_calls[0]["ok"] and step.observation.messages[0]["role"] == "tool"
+            final = client.step(AgentGymAction(answer="River Lisse"))
+            assert final.done and final.observation.reward_terms["answer"] == 1.0
+
+
+def test_errors_come_back_as_errors_and_the_session_survives():
+    with background_server("AgentR1/Calculator-v0") as url, AgentGymClient(base_url=url).sync() as client:
+        with pytest.raises(RuntimeError, match="never reset"):
+            client.step(AgentGymAction(answer="1"))
+        client.reset(seed=0, task_index=0)
+        with pytest.raises(RuntimeError, match="unknown reset arguments"):
+            client.reset(seed=0, task_index=0, difficulty="hard")
+        with GenericEnvClient(base_url=url).sync() as raw:
+            raw.reset(seed=0, task_index=0)
+            with pytest.raises(RuntimeError, match="Invalid message"):
+                raw.step({"text": "a", "answer": "b"})  # both fields: the server's validation refuses it
+            assert raw.step({"answer": "0"}).done
+        client.reset(seed=0, task_index=0)
+        assert client.step(AgentGymAction(answer="0")).done
+        with pytest.raises(RuntimeError, match="episode is over"):
+            client.step(AgentGymAction(answer="0"))
+
+
+def test_concurrent_sessions_are_isolated_and_the_generic_client_works():
+    native0 = native_oracle_run("AgentR1/SQLite-v0", 0)
+    native5 = native_oracle_run("AgentR1/SQLite-v0", 5)
+    with background_server("AgentR1/SQLite-v0") as url:
+        a, b = GenericEnvClient(base_url=url).sync(), AgentGymClient(base_url=url).sync()
+        with a, b:
+            a.reset(seed=0, task_index=0)
+            b.reset(seed=0, task_index=5)
+            rewards_a, rewards_b = [], []
+            for i in range(max(len(native0.actions), len(native5.actions))):
+                if i < len(native0.actions):
+                    rewards_a.append(a.step({"text": native0.actions[i]}).reward)
+                if i < len(native5.actions):
+                    rewards_b.append(b.step(AgentGymAction(text=native5.actions[i])).reward)
+            assert rewards_a == pytest.approx(native0.rewards) and rewards_b == pytest.approx(native5.rewards)
+        health = httpx.get(f"{url}/health", timeout=10).json()
+        schema = httpx.get(f"{url}/schema", timeout=10).json()
+        assert health["status"] == "healthy"
+        assert {"text", "tool_name", "arguments", "answer"} <= set(schema["action"]["properties"])
+
+
+def scripted_step(replies):
+    """A white-box ``ModelStep`` that replays chat replies (as TRL's would after sampling)."""
+    script = iter(replies)
+    seen_tools = []
+
+    def step(messages, tools, sampling):
+        seen_tools.append([t.name for t in tools])
+        reply = next(script)
+        calls = [ToolCall(id=f"c{i}", name=n, args=a) for i, (n, a) in enumerate(reply.get("calls", []))]
+        return ModelStepResult(response=LLMResponse(content=reply.get("content", ""), tool_calls=calls))
+
+    return step, seen_tools
+
+
+def test_trl_style_harness_rollout_forwards_the_env_return():
+    native = native_oracle_run("AgentR1/HotpotQA-v0", 0, seed=7)
+    with background_server("AgentR1/HotpotQA-v0") as url:
+        factory = AgentGymSessionFactory(url)
+        session = factory.create({"task_index": 0}, seed=7, episode_id="ep-1")
+        assert session.initial_messages() == native.messages
+        step, seen = scripted_step(
+            [
+                {"calls": [("search", {"query": "Odile Marchetti"})]},
+                {"calls": [("search", {"query": "Varnholt"})]},
+                {"content": "<answer>River Lisse</answer>"},
+            ]
+        )
+        result = MCPHarnessAdapter().run_white_box(step, session)
+        verify = session.verify(result.messages)
+        session.close()
+        assert seen[0] == ["search", ANSWER_TOOL]
+        assert [e.result.metadata["step_reward"] for e in result.tool_trace] == pytest.approx([0.09, 0.09])
+        assert verify.env_reward == pytest.approx(native.episode_return) and verify.done
+        assert verify.metrics["answer_f1"] == 1.0
+
+
+def oracle_as_tool_calls(run, parser):
+    """The oracle's actions as native tool calls; the final answer through the ``answer`` tool."""
+    replies = []
+    for action in run.actions:
+        parsed = parser.parse(action)
+        calls = [(c.name, dict(c.arguments)) for c in parsed.tool_calls] or [(ANSWER_TOOL, {"answer": parsed.answer})]
+        replies.append({"calls": calls})
+    return replies
+
+
+def test_answer_tool_and_openenvs_trl_rollout_builder():
+    parser = make_parser("tool_call")
+    native = {i: native_oracle_run("AgentR1/Calculator-v0", i) for i in (1, 2)}
+    replies = {run.messages[-1]["content"]: oracle_as_tool_calls(run, parser) for run in native.values()}
+
+    def model_step_builder(trainer, session):
+        return scripted_step(replies[session.initial_messages()[-1]["content"]])[0]
+
+    with background_server("AgentR1/Calculator-v0") as url:
+        rollout = build_harness_rollout_func(
+            session_factory=AgentGymSessionFactory(url),
+            harness_adapter=MCPHarnessAdapter(),
+            model_step_builder=model_step_builder,
+        )
+        out = rollout([{"task_index": 1}, {"task_index": 2}], trainer=None)
+    assert out["env_reward"] == pytest.approx([native[1].episode_return, native[2].episode_return])
+    assert [m["answer_em"] for m in out["verify_metrics"]] == [1.0, 1.0]
+
+
+def test_a_users_own_tool_env_is_served():
+    with background_server(lambda: gym.wrappers.TimeLimit(LookupEnv(), 3)) as url:
+        with AgentGymClient(base_url=url).sync() as client:
+            first = client.reset(seed=0, task_index=3).observation
+            assert first.messages[-1]["content"] == "What is the capital of Peru?"
+            step = client.step(AgentGymAction(tool_name="lookup", arguments={"country": "Peru"}))
+            assert step.observation.messages[0]["content"] == "The capital of Peru is Lima."
+            assert client.step(AgentGymAction(answer="Lima")).done
+
+
+def test_turn_limit_is_reported_as_truncation_not_termination():
+    with background_server("AgentR1/HotpotQA-v0", env_kwargs={"max_episode_steps": 2}) as url:
+        with AgentGymClient(base_url=url).sync() as client:
+            client.reset(seed=0, task_index=0)
+            search = AgentGymAction(tool_name="search", arguments={"query": "nothing relevant"})
+            first, second = client.step(search), client.step(search)
+            assert not first.done and not first.observation.truncated
+            assert second.done and second.observation.truncated and second.observation.stop_reason == "max_turns"
+            assert second.observation.metrics == {"turns": 2.0}
+            client.reset(seed=0, task_index=0)
+            answered = client.step(AgentGymAction(answer="River Lisse"))
+            assert answered.done and not answered.observation.truncated
