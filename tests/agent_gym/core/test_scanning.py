@@ -1,0 +1,107 @@
+"""The parser's building blocks: linear scanning, JSON depth before decoding, size-bounded decoding."""
+
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_gym.core.scanning import JsonLimits, decode_json, json_depth, scan_blocks
+
+
+class CountingStr(str):
+    """A str that counts the characters its ``find`` calls examine (a deterministic measure of work)."""
+
+    scanned = 0
+    calls = 0
+
+    def find(self, sub, start=0, end=None):  # type: ignore[override]
+        found = str.find(self, sub, start) if end is None else str.find(self, sub, start, end)
+        stop = len(self) if found < 0 else found + len(sub)
+        CountingStr.scanned += max(0, stop - start)
+        CountingStr.calls += 1
+        return found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>" * 16_000,
+        "<answer>" * 100_000,
+        "<tool_call></tool_call>" * 40_000,
+        "<tool_call>" * 8_000 + "</tool_call>" * 8_000,
+        "</tool_call><tool_call>" * 20_000,
+        "x" * 1_000_000,
+    ],
+)
+@pytest.mark.parametrize(("open_tag", "close_tag"), [("<tool_call>", "</tool_call>"), ("<answer>", "</answer>")])
+def test_scanning_work_is_linear_in_the_input(text, open_tag, close_tag):
+    CountingStr.scanned = CountingStr.calls = 0
+    scan_blocks(CountingStr(text), open_tag, close_tag)
+    # every character is examined at most twice (once looking for an opening tag, once for a closing one)
+    assert 1 <= CountingStr.calls and CountingStr.scanned <= 2 * len(text) + len(close_tag)
+    assert CountingStr.calls <= 2 * text.count(open_tag) + 2
+
+
+@given(st.lists(st.sampled_from(["<b>", "</b>", "x", "<b", "b>", "\n"]), max_size=30).map("".join))
+def test_scan_blocks_finds_what_the_lazy_regex_finds(text):
+    expected = [(m.start(), m.group(1)) for m in re.finditer(r"<b>(.*?)</b>", text, re.DOTALL)]
+    assert scan_blocks(text, "<b>", "</b>") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("1", 0),
+        ("{}", 1),
+        ('{"a": [1, {"b": []}]}', 4),
+        ('{"a": "[[[[{{{{"}', 1),  # brackets inside strings do not count
+        ('{"a": "\\"[[[["}', 1),  # nor after an escaped quote
+        ('{"a": "[[[', 1),  # an unterminated string runs to the end
+        ("[" * 980 + "]" * 980, 980),
+        ("[" * 100_000, 100_000),
+        ('"\\' * 1000, 0),
+    ],
+)
+def test_json_depth(text, depth):
+    assert json_depth(text) == depth
+
+
+@given(st.recursive(st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3), max_leaves=20))
+def test_json_depth_matches_the_decoded_nesting(value):
+    def nesting(v):
+        return 1 + max((nesting(x) for x in v), default=0) if isinstance(v, list) else 0
+
+    assert json_depth(json.dumps(value)) == nesting(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"n": ' + "9" * 4_301 + "}", "number literal of 4301 characters"),  # Python alone raises ValueError
+        ('{"n": ' + "9" * 101 + "}", "number literal of 101 characters"),
+        ('{"n": 1e999}', "out of range"),
+        ('{"n": NaN}', "NaN is not a JSON number"),
+        ('{"n": -Infinity}', "-Infinity is not a JSON number"),
+        ("[" * 100_000 + "]" * 100_000, "nested 100000 deep"),  # Python alone raises RecursionError
+        ("[" * 33 + "]" * 33, "nested 33 deep (the limit is 32)"),
+        ("{oops", "invalid JSON"),
+    ],
+)
+def test_decode_json_refuses_with_a_reason(text, problem):
+    value, reason = decode_json(text)
+    assert value is None and problem in reason
+
+
+def test_decode_json_accepts_values_at_the_limits():
+    assert decode_json("[" * 32 + "]" * 32)[1] is None
+    assert decode_json('{"n": ' + "9" * 100 + "}") == ({"n": int("9" * 100)}, None)
+    assert decode_json('{"x": -1.5e300}') == ({"x": -1.5e300}, None)
+    assert decode_json("[[1]]", JsonLimits(max_depth=1))[1] == "JSON nested 2 deep (the limit is 1)"
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5])
+def test_json_limits_must_be_positive_ints(bad):
+    with pytest.raises(ValueError, match="positive int"):
+        JsonLimits(max_depth=bad)
