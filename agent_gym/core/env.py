@@ -70,14 +70,8 @@ def positive_int(name: str, value: object) -> int:
     return int(value)
 
 
-def _ranges(positions: Sequence[int]) -> str:
-    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
-    runs: list[list[int]] = []
-    for p in positions:
-        if runs and p == runs[-1][1] + 1:
-            runs[-1][1] = p
-        else:
-            runs.append([p, p])
+def _ranges(runs: Sequence[tuple[int, int]]) -> str:
+    """``[(1, 3), (5, 5)]`` -> ``"1-3, 5"``."""
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
@@ -408,8 +402,8 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             ran = "No tool was run."
         else:
             names = ", ".join(c.name for c in parsed.tool_calls)
-            ran = f"Ran tool call(s) {_ranges(parsed.call_positions)} of {parsed.calls_written} ({names})"
-            refused = parsed.refused_positions
+            ran = f"Ran tool call(s) {_ranges(parsed.ran_ranges())} of {parsed.calls_written} ({names})"
+            refused = parsed.refused_ranges()
             ran += f"; refused {_ranges(refused)}." if refused else "."
         return f"Format error: {problems}. {ran} Follow the tool-call format from the instructions."
 

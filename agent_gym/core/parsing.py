@@ -41,7 +41,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from agent_gym.core.history import ToolCall
-from agent_gym.core.scanning import JsonLimits, decode_json, scan_blocks
+from agent_gym.core.scanning import JsonLimits, count_blocks, decode_json, scan_blocks
 
 __all__ = [
     "ActionFormat",
@@ -105,8 +105,20 @@ class ParsedAction:
     @property
     def refused_positions(self) -> tuple[int, ...]:
         """1-based positions of the calls written but not run."""
+        return tuple(i for first, last in self.refused_ranges() for i in range(first, last + 1))
+
+    def ran_ranges(self) -> list[tuple[int, int]]:
+        """``(first, last)`` runs of the positions of the calls that run."""
+        return _runs(self.call_positions)
+
+    def refused_ranges(self) -> list[tuple[int, int]]:
+        """``(first, last)`` runs of refused positions; cheap even for thousands of calls written."""
         ran = set(self.call_positions)
-        return tuple(i for i in range(1, self.calls_written + 1) if i not in ran)
+        head = max(ran, default=0)
+        runs = _runs([i for i in range(1, head) if i not in ran])
+        if self.calls_written > head:  # every call after the last one that ran was refused: one run
+            runs.append((head + 1, self.calls_written))
+        return runs
 
 
 class ActionParser(Protocol):
@@ -124,6 +136,17 @@ class ActionParser(Protocol):
     def instructions(self, tools: Sequence[Any]) -> str: ...
 
 
+def _runs(positions: Sequence[int]) -> list[tuple[int, int]]:
+    """Increasing positions -> ``(first, last)`` runs of consecutive ones."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return [(a, b) for a, b in runs]
+
+
 def not_a_string(text: object) -> ParsedAction:
     """The parse of a non-``str`` action (its type is named; its value is never rendered)."""
     kind = type(text).__name__
@@ -131,13 +154,20 @@ def not_a_string(text: object) -> ParsedAction:
 
 
 def _answer(text: str) -> tuple[str | None, list[str]]:
-    found = scan_blocks(text, ANSWER_OPEN, ANSWER_CLOSE)
+    found = scan_blocks(text, ANSWER_OPEN, ANSWER_CLOSE, limit=2)
+    total = count_blocks(text, ANSWER_OPEN, ANSWER_CLOSE) if len(found) > 1 else len(found)
     errors = []
-    if len(found) > 1:
-        errors.append(f"give exactly one <answer>...</answer>, found {len(found)}")
-    if text.count(ANSWER_OPEN) != len(found):
+    if total > 1:
+        errors.append(f"give exactly one <answer>...</answer>, found {total}")
+    if text.count(ANSWER_OPEN) != total:
         errors.append("<answer> is not closed with </answer>")
     return (found[0][1].strip() if found else None), errors
+
+
+def _blocks(text: str, open_tag: str, close_tag: str, limit: int) -> tuple[list[tuple[int, str]], int]:
+    """The first ``limit`` blocks and how many there are in all."""
+    found = scan_blocks(text, open_tag, close_tag, limit=limit + 1)
+    return found[:limit], (count_blocks(text, open_tag, close_tag) if len(found) > limit else len(found))
 
 
 def _check_max_calls(max_calls: int) -> None:
@@ -171,25 +201,25 @@ class ToolCallParser:
         if not isinstance(text, str):
             return not_a_string(text)
         answer, errors = _answer(text)
-        blocks = scan_blocks(text, CALL_OPEN, CALL_CLOSE)
-        if text.count(CALL_OPEN) != len(blocks):
+        blocks, written = _blocks(text, CALL_OPEN, CALL_CLOSE, self.max_calls)
+        if text.count(CALL_OPEN) != written:
             errors.append("every <tool_call> must be closed with </tool_call>")
         calls: list[ToolCall] = []
         positions: list[int] = []
-        for i, (_, block) in enumerate(blocks[: self.max_calls], start=1):
+        for i, (_, block) in enumerate(blocks, start=1):
             call, problem = self._decode(block, f"call_{turn}_{len(calls)}")
             if call is None:
                 errors.append(f"tool call {i}: {problem}")
             else:
                 calls.append(call)
                 positions.append(i)
-        if len(blocks) > self.max_calls:
-            errors.append(_beyond_limit(self.max_calls + 1, len(blocks), self.max_calls))
+        if written > self.max_calls:
+            errors.append(_beyond_limit(self.max_calls + 1, written, self.max_calls))
         if answer is not None and blocks:
             errors.append("give either tool calls or a final <answer>, not both (the answer was not taken)")
         if answer is None and not blocks and not errors:
             errors.append("no <tool_call> and no <answer> found")
-        return ParsedAction(text, tuple(calls), answer, tuple(errors), tuple(positions), len(blocks))
+        return ParsedAction(text, tuple(calls), answer, tuple(errors), tuple(positions), written)
 
     def _decode(self, block: str, call_id: str) -> tuple[ToolCall | None, str | None]:
         obj, problem = decode_json(block.strip(), self.json_limits)
@@ -250,24 +280,26 @@ class TagParser:
             return not_a_string(text)
         answer, errors = _answer(text)
         found: list[tuple[int, str, str, str]] = []
-        for tag, (tool_name, arg) in self.tags.items():
-            blocks = scan_blocks(text, f"<{tag}>", f"</{tag}>")
-            if text.count(f"<{tag}>") != len(blocks):
+        written = 0
+        for tag, (tool_name, arg) in self.tags.items():  # the first max_calls overall are among each tag's first
+            blocks, count = _blocks(text, f"<{tag}>", f"</{tag}>", self.max_calls)
+            if text.count(f"<{tag}>") != count:
                 errors.append(f"<{tag}> is not closed with </{tag}>")
             found.extend((start, tool_name, arg, inner.strip()) for start, inner in blocks)
+            written += count
         found.sort()
         calls = [
             ToolCall(tool_name, {arg: value}, id=f"call_{turn}_{i}")
             for i, (_, tool_name, arg, value) in enumerate(found[: self.max_calls])
         ]
-        if len(found) > self.max_calls:
-            errors.append(_beyond_limit(self.max_calls + 1, len(found), self.max_calls))
+        if written > self.max_calls:
+            errors.append(_beyond_limit(self.max_calls + 1, written, self.max_calls))
         if answer is not None and found:
             errors.append("give either a tool call or a final <answer>, not both (the answer was not taken)")
         if answer is None and not found and not errors:
             tags = ", ".join(f"<{t}>" for t in self.tags)
             errors.append(f"no {tags} and no <answer> found")
-        return ParsedAction(text, tuple(calls), answer, tuple(errors), calls_written=len(found))
+        return ParsedAction(text, tuple(calls), answer, tuple(errors), calls_written=written)
 
     def format_call(self, name: str, arguments: Mapping[str, Any]) -> str:
         for tag, (tool_name, arg) in self.tags.items():

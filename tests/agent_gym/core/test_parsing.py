@@ -81,6 +81,8 @@ def test_parsers_never_raise(text):
 HUGE_INT = '<tool_call>{"name": "search", "arguments": {"query": "x", "n": ' + "9" * 4_301 + "}}</tool_call>"
 DEEP_STRING = '<tool_call>{"name": "search", "arguments": "' + "[" * 100_000 + '"}</tool_call>'
 DEEP_ARRAY = '<tool_call>{"name": "search", "arguments": ' + "[" * 100_000 + "}</tool_call>"
+DEEP_STRING_40 = '<tool_call>{"name": "search", "arguments": "' + "[" * 40 + '"}</tool_call>'
+DEEP_ARRAY_40 = '<tool_call>{"name": "search", "arguments": ' + "[" * 40 + "]" * 40 + "}</tool_call>"
 DEEP_980 = '<tool_call>{"name": "search", "arguments": {"query": "x", "z": ' + "[" * 980 + "]" * 980 + "}}</tool_call>"
 
 
@@ -88,9 +90,11 @@ DEEP_980 = '<tool_call>{"name": "search", "arguments": {"query": "x", "z": ' + "
     ("text", "fragment"),
     [
         (HUGE_INT, "tool call 1: a number literal of 4301 characters (the limit is 100)"),
-        (DEEP_STRING, "tool call 1: 'arguments' is a string that is not a JSON object: JSON nested 100000 deep"),
-        (DEEP_ARRAY, "tool call 1: JSON nested 100001 deep (the limit is 32)"),
-        (DEEP_980, "tool call 1: JSON nested 982 deep (the limit is 32)"),
+        (DEEP_STRING, "tool call 1: 100035 characters of JSON (the limit is 65536)"),
+        (DEEP_ARRAY, "tool call 1: 100033 characters of JSON (the limit is 65536)"),
+        (DEEP_980, "tool call 1: JSON nested more than 32 deep"),
+        (DEEP_STRING_40, "tool call 1: 'arguments' is a string that is not a JSON object: JSON nested more than 32"),
+        (DEEP_ARRAY_40, "tool call 1: JSON nested more than 32 deep"),
     ],
 )
 def test_issue_inputs_are_format_errors(text, fragment):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_gym.core.scanning import JsonLimits, decode_json, json_depth, scan_blocks
+from agent_gym.core.scanning import JsonLimits, count_blocks, decode_json, exceeds_depth, json_depth, scan_blocks
 
 
 class CountingStr(str):
@@ -84,8 +84,9 @@ def test_json_depth_matches_the_decoded_nesting(value):
         ('{"n": 1e999}', "out of range"),
         ('{"n": NaN}', "NaN is not a JSON number"),
         ('{"n": -Infinity}', "-Infinity is not a JSON number"),
-        ("[" * 100_000 + "]" * 100_000, "nested 100000 deep"),  # Python alone raises RecursionError
-        ("[" * 33 + "]" * 33, "nested 33 deep (the limit is 32)"),
+        ("[" * 30_000 + "]" * 30_000, "JSON nested more than 32 deep"),  # Python alone raises RecursionError
+        ("[" * 33 + "]" * 33, "JSON nested more than 32 deep"),
+        ("[" * 100_000, "100000 characters of JSON (the limit is 65536)"),
         ("{oops", "invalid JSON"),
     ],
 )
@@ -98,10 +99,47 @@ def test_decode_json_accepts_values_at_the_limits():
     assert decode_json("[" * 32 + "]" * 32)[1] is None
     assert decode_json('{"n": ' + "9" * 100 + "}") == ({"n": int("9" * 100)}, None)
     assert decode_json('{"x": -1.5e300}') == ({"x": -1.5e300}, None)
-    assert decode_json("[[1]]", JsonLimits(max_depth=1))[1] == "JSON nested 2 deep (the limit is 1)"
+    assert decode_json("[[1]]", JsonLimits(max_depth=1))[1] == "JSON nested more than 1 deep"
+    assert decode_json("[" * 70_000 + "]" * 70_000, JsonLimits(max_length=200_000, max_depth=80_000))[1] in (
+        None,
+        "JSON nested too deep",  # the safety net: Python's own recursion limit
+    )
+
+
+@given(st.text(alphabet='[]{}"\\ab', max_size=300), st.integers(1, 40))
+def test_exceeds_depth_agrees_with_json_depth(text, limit):
+    assert exceeds_depth(text, limit) == (json_depth(text) > limit)
+
+
+def _reference_depth(text: str) -> int:
+    """The documented rule, one character at a time."""
+    depth = best = run = 0
+    inside = False
+    for ch in text:
+        if ch == '"' and run % 2 == 0:
+            inside = not inside
+        elif not inside and ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif not inside and ch in "]}":
+            depth -= 1
+        run = run + 1 if ch == "\\" else 0
+    return best
+
+
+@given(st.text(alphabet='[]{}"\\a', max_size=300))
+def test_json_depth_follows_the_documented_rule(text):
+    assert json_depth(text) == _reference_depth(text)
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5])
-def test_json_limits_must_be_positive_ints(bad):
-    with pytest.raises(ValueError, match="positive int"):
-        JsonLimits(max_depth=bad)
+@pytest.mark.parametrize("name", ["max_length", "max_depth", "max_number_length"])
+def test_json_limits_must_be_positive_ints(bad, name):
+    with pytest.raises(ValueError, match=f"JsonLimits.{name} must be a positive int"):
+        JsonLimits(**{name: bad})
+
+
+@given(st.lists(st.sampled_from(["<b>", "</b>", "x", "<b", "b>", "\n"]), max_size=40).map("".join))
+def test_count_blocks_counts_what_scan_blocks_finds(text):
+    assert count_blocks(text, "<b>", "</b>") == len(scan_blocks(text, "<b>", "</b>"))
+    assert scan_blocks(text, "<b>", "</b>", limit=2) == scan_blocks(text, "<b>", "</b>")[:2]
