@@ -84,3 +84,13 @@ def test_reward_range_is_exact_and_both_ends_are_reached(env_id):
             break
     assert terminated and rewards[-1] == 1.0  # the oracle's exact answer
     assert max(rewards[:-1], default=0.0) <= 0.2 - 0.01 + 1e-12  # a non-final step earns at most evidence - cost
+
+
+def test_the_readme_example_of_refused_calls():
+    env = gym.make("AgentR1/HotpotQA-v0")
+    env.reset(seed=0, options={"task_index": 0})
+    call = env.unwrapped.parser.format_call("search", {"query": "Odile Marchetti"})
+    broken = "<tool_call>{oops</tool_call>"
+    _, _, _, _, info = env.step(call + broken + call + broken + call)
+    assert "Ran tool call(s) 1, 3 of 5 (search, search); refused 2, 4-5." in info["new_messages"][-1]["content"]
+    assert len(info["tool_calls"]) == 2 and info["new_evidence"]  # the calls that ran found evidence
