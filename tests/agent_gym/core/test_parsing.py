@@ -138,6 +138,22 @@ def test_tag_parser_max_calls_and_unclosed_tail():
     assert "tool call 5: over the limit of 4 calls per action, not read" in parsed.errors
 
 
+def test_tag_parser_runs_the_first_four_calls_across_tags_in_order():
+    p = TagParser(tags={"search": ("search", "query"), "lookup": ("lookup", "country")})
+    tags = ["lookup", "search", "search", "lookup", "lookup", "search"]
+    text = "".join(f"<{t}>{v}</{t}>" for t, v in zip(tags, "abcdef", strict=True))
+    parsed = p.parse(text, turn=2)
+    assert [(c.name, *c.arguments.values()) for c in parsed.tool_calls] == [
+        ("lookup", "a"),
+        ("search", "b"),
+        ("search", "c"),
+        ("lookup", "d"),
+    ]
+    assert [c.id for c in parsed.tool_calls] == ["call_2_0", "call_2_1", "call_2_2", "call_2_3"]
+    assert parsed.calls_written == 6
+    assert parsed.errors == ("tool calls 5-6: over the limit of 4 calls per action, not read",)
+
+
 @pytest.mark.parametrize(
     ("text", "errors"),
     [

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_gym.core import scanning
 from agent_gym.core.scanning import JsonLimits, count_blocks, decode_json, exceeds_depth, json_depth, scan_blocks
 
 
@@ -106,6 +107,12 @@ def test_decode_json_accepts_values_at_the_limits():
     )
 
 
+@pytest.mark.parametrize("pad", [0, 4_000, 5_000, 70_000, 200_000])
+def test_exceeds_depth_sees_nesting_however_far_in(pad):
+    text = '{"q": "' + "x" * pad + '", "z": ' + "[" * 33 + "]" * 33 + "}"
+    assert exceeds_depth(text, 33) and not exceeds_depth(text, 34)
+
+
 @given(st.text(alphabet='[]{}"\\ab', max_size=300), st.integers(1, 40))
 def test_exceeds_depth_agrees_with_json_depth(text, limit):
     assert exceeds_depth(text, limit) == (json_depth(text) > limit)
@@ -143,3 +150,22 @@ def test_json_limits_must_be_positive_ints(bad, name):
 def test_count_blocks_counts_what_scan_blocks_finds(text):
     assert count_blocks(text, "<b>", "</b>") == len(scan_blocks(text, "<b>", "</b>"))
     assert scan_blocks(text, "<b>", "</b>", limit=2) == scan_blocks(text, "<b>", "</b>")[:2]
+
+
+def test_count_blocks_only_regex_scans_up_to_the_last_closing_tag(monkeypatch):
+    """Opening tags after the last closing tag never reach the lazy regex (which would rescan from each)."""
+    seen: list[int] = []
+    real = scanning._block_pattern
+
+    class Spy:
+        def __init__(self, pattern):
+            self.pattern = pattern
+
+        def subn(self, repl, text):
+            seen.append(len(text))
+            return self.pattern.subn(repl, text)
+
+    monkeypatch.setattr(scanning, "_block_pattern", lambda o, c: Spy(real(o, c)))
+    assert count_blocks("<b>1</b>" + "<b>" * 10_000, "<b>", "</b>") == 1
+    assert count_blocks("<b>" * 10_000, "<b>", "</b>") == 0
+    assert seen == [len("<b>1</b>")]

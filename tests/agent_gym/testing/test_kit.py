@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from agent_gym.core.env import ToolEnv
 from agent_gym.envs import _STOP_REASON
 from agent_gym.testing import check_copies, check_text_env
 from tests.conftest import LookupEnv, LookupTool
@@ -68,6 +69,10 @@ class GoesOnAfterTheEnd(LookupEnv):
         return self._state
 
 
+class GoesOnAndHasNoOracle(GoesOnAfterTheEnd):
+    oracle_action = ToolEnv.oracle_action  # so only the random-policy episodes can notice
+
+
 class UnseededTool(LookupTool):
     def run(self, ctx, country):
         return f"{random.random()}"
@@ -89,6 +94,7 @@ class Unseeded(LookupEnv):
         (NarrowRange(), r"reward .* outside reward_range \(-0.01, 0.01\)"),
         (RenamedTerm(), r"info\['reward_terms'\] names .*'evidence_gain'.* are not the rubric's terms"),
         (GoesOnAfterTheEnd(), r"step\(\) after termination must raise EpisodeOverError"),
+        (GoesOnAndHasNoOracle(), r"seed 0: step\(\) after termination must raise EpisodeOverError"),
         (Unseeded(), r"seed 0: step 1 differs between two runs with the same seed"),
     ],
     ids=lambda x: type(x).__name__ if isinstance(x, LookupEnv) else "",
@@ -132,7 +138,17 @@ class ReseedOnCopy(LookupEnv):
         self._np_random = np.random.default_rng(12345)
 
 
+class LosesWeights(LookupEnv):
+    """A copy that scores differently but shows the same observations."""
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.rubric = self.rubric.with_weights(step_cost=0.02)
+
+
 def test_check_copies_catches_a_copy_that_diverges():
     check_copies(LookupEnv(tool_noise={"failure_prob": 0.5}), seed=4)
     with pytest.raises(AssertionError, match="made before step 1: step 1 differs"):
         check_copies(ReseedOnCopy(tool_noise={"failure_prob": 0.5}), seed=4)
+    with pytest.raises(AssertionError, match="made before step 1: step 1 differs"):
+        check_copies(LosesWeights(), seed=4)
