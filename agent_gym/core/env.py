@@ -114,6 +114,15 @@ class EpisodeState(Generic[TaskT]):
 class ToolEnv(gym.Env[str, str], Generic[TaskT]):
     """Base class for text environments whose agents act through tools.
 
+    Any ``str`` is a legal action; ``step()`` never raises for what the agent
+    wrote. After ``terminated`` (a well-formed answer) ``step()`` raises
+    :class:`EpisodeOverError` until ``reset()``; the same holds after
+    ``truncated`` for registered envs (their
+    :class:`~agent_gym.wrappers.RecordStopReason` wrapper enforces it, since
+    the time limit is a wrapper too). Envs pickle and deep-copy (tools are
+    copied with them; see :class:`~agent_gym.core.tool.Tool`), so a copy made
+    mid-episode continues exactly like the original.
+
     Args:
         rubric: The per-step reward terms.
         action_format: ``"tool_call"`` (Hermes JSON blocks) or ``"tags"``.
