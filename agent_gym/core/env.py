@@ -418,13 +418,13 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
 
     @staticmethod
     def _clip(text: str, limit: int) -> str:
-        """``text`` cut to at most ``limit`` characters, with a note saying how much was cut when it fits."""
+        """``text`` cut to at most ``limit`` characters, with a note saying how many were cut when it fits."""
         if len(text) <= limit:
             return text
-        note = f" [... {len(text) - limit} characters cut]"
-        if len(note) >= limit:
+        keep = limit - len(f" [... {len(text)} characters cut]")  # the note is never longer than this
+        if keep < 1:
             return text[:limit]
-        return text[: limit - len(note)] + note
+        return f"{text[:keep]} [... {len(text) - keep} characters cut]"
 
     def _render_observation(self) -> str:
         assert self._state is not None

@@ -189,7 +189,7 @@ def test_tool_results_are_clipped_within_the_limit():
     env = LookupEnv(max_result_length=28)
     env.reset(seed=0, options={"task_index": 0})
     content = env.step(env.oracle_action())[4]["tool_calls"][0]["content"]
-    assert content == "The c [... 3 characters cut]" and len(content) == 28
+    assert content == "The  [... 27 characters cut]" and len(content) == 28  # 4 of 31 characters kept
 
 
 def test_feedback_names_every_refused_range():
