@@ -43,3 +43,16 @@ def test_pickle_and_deepcopy_before_reset(env_id):
 @pytest.mark.parametrize("tool_noise", [None, {"failure_prob": 0.3, "retrieval": {"drop_prob": 0.3}}])
 def test_copies_mid_episode_continue_like_the_original(env_id, tool_noise):
     check_copies(gym.make(env_id, tool_noise=tool_noise), seed=4)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("limit", [1, 17, 60])
+def test_small_observation_limits_hold_for_every_id(env_id, limit):
+    env = gym.make(env_id, max_observation_length=limit)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    for action in ["junk", None, None]:
+        obs, _, terminated, truncated, _ = env.step(action or env.unwrapped.oracle_action())
+        assert len(obs) <= limit and env.observation_space.contains(obs)
+        if terminated or truncated:
+            break
