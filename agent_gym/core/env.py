@@ -14,11 +14,26 @@ Subclasses describe a task family through a handful of hooks
 (:meth:`num_tasks`, :meth:`load_task`, :meth:`make_tools`, :meth:`score_answer`
 and friends); they never count turns (use ``max_episode_steps`` / a wrapper)
 and never format chat templates (the trainer does).
+
+The end of an episode: ``terminated`` means the agent gave a well-formed
+final answer; ``truncated`` means a budget (the registry's turn limit) ran
+out. After either, ``step()`` raises :class:`EpisodeOverError` until
+``reset()``: the env itself refuses after ``terminated``, and the
+:class:`~agent_gym.wrappers.RecordStopReason` wrapper that ``gymnasium.make``
+adds refuses after ``truncated``. Vector envs never step an ended episode
+(they reset it), so the rule costs them nothing.
+
+Bad input never raises: any ``str`` is a legal action. An action longer than
+``max_action_length`` is refused before it is parsed; parsing is linear in
+the action's length with size budgets only (see
+:mod:`agent_gym.core.parsing`), so the same action gives the same result on
+any machine.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -27,7 +42,7 @@ import gymnasium as gym
 
 from agent_gym.core.history import History, Message, ToolCall, ToolResult, render_message
 from agent_gym.core.noise import ToolNoise, coerce_noise
-from agent_gym.core.parsing import ActionFormat, ParsedAction, make_parser
+from agent_gym.core.parsing import ActionFormat, ParsedAction, make_parser, not_a_string
 from agent_gym.core.rubric import Rubric, Transition
 from agent_gym.core.spaces import TextSpace
 from agent_gym.core.tool import Tool, ToolContext
@@ -46,6 +61,18 @@ class StopReason:
 
 class EpisodeOverError(RuntimeError):
     """``step()`` was called before ``reset()`` or after the episode ended."""
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` as an ``int`` if it is a positive integer (numpy integers too), else a ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int (got {value!r})")
+    return int(value)
+
+
+def _ranges(runs: Sequence[tuple[int, int]]) -> str:
+    """``[(1, 3), (5, 5)]`` -> ``"1-3, 5"``."""
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 @dataclass
@@ -87,17 +114,34 @@ class EpisodeState(Generic[TaskT]):
 class ToolEnv(gym.Env[str, str], Generic[TaskT]):
     """Base class for text environments whose agents act through tools.
 
+    Any ``str`` is a legal action; ``step()`` never raises for what the agent
+    wrote. After ``terminated`` (a well-formed answer) ``step()`` raises
+    :class:`EpisodeOverError` until ``reset()``; the same holds after
+    ``truncated`` for registered envs (their
+    :class:`~agent_gym.wrappers.RecordStopReason` wrapper enforces it, since
+    the time limit is a wrapper too). Envs pickle and deep-copy (tools are
+    copied with them; see :class:`~agent_gym.core.tool.Tool`), so a copy made
+    mid-episode continues exactly like the original.
+
     Args:
         rubric: The per-step reward terms.
         action_format: ``"tool_call"`` (Hermes JSON blocks) or ``"tags"``.
         tool_noise: A :class:`~agent_gym.core.noise.ToolNoise` (or a dict of
             its fields); default none.
         max_action_length: Size of the action space. Longer actions are still
-            accepted (and answered with an error observation).
-        max_observation_length: Size of the observation space; a longer history
-            is shown with its middle elided.
+            accepted: they are refused unparsed, with an error observation and
+            the format penalty.
+        max_observation_length: Size of the observation space (any value
+            >= 1); a longer history is shown with its middle elided, or, when
+            even that does not fit, as its last ``max_observation_length``
+            characters.
         max_result_length: Tool results are clipped to this many characters.
         render_mode: ``"ansi"`` or ``None``.
+
+    Raises:
+        ValueError: A size is not a positive int, or ``action_format`` /
+            ``render_mode`` is unknown.
+        TypeError: ``rubric`` is not a :class:`~agent_gym.core.rubric.Rubric`.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
@@ -117,12 +161,17 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None (got {render_mode!r})"
             )
+        if not isinstance(rubric, Rubric):
+            raise TypeError(f"rubric must be a Rubric, got {type(rubric).__name__}")
+        formats = [f.value for f in ActionFormat]
+        if action_format not in formats:
+            raise ValueError(f"action_format must be one of {formats} (got {action_format!r})")
         self.action_format = ActionFormat(action_format)
         self.rubric = rubric
         self.tool_noise = coerce_noise(tool_noise)
-        self.max_result_length = int(max_result_length)
-        self.action_space = TextSpace(max_action_length)
-        self.observation_space = TextSpace(max_observation_length)
+        self.max_result_length = positive_int("max_result_length", max_result_length)
+        self.action_space = TextSpace(positive_int("max_action_length", max_action_length))
+        self.observation_space = TextSpace(positive_int("max_observation_length", max_observation_length))
         self.reward_range = rubric.reward_range
         self.render_mode = render_mode
         self._state: EpisodeState[TaskT] | None = None
@@ -186,7 +235,8 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         """Start an episode.
 
         Options:
-            task_index: Pose this task (an int in ``range(num_tasks())``).
+            task_index: Pose this task (an integer in ``range(num_tasks())``;
+                numpy integers are accepted).
             task_id: Pose the task with this id.
 
         Without either option the task is drawn from ``np_random``. G copies of
@@ -213,6 +263,14 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         return self._render_observation(), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Parse the action, run its tools, apply the transition, score it, observe.
+
+        Any ``str`` is a legal action (malformed text gets an error observation
+        and the format penalty); nothing the agent writes makes this raise.
+
+        Raises:
+            EpisodeOverError: Before ``reset()`` or after the episode terminated.
+        """
         state = self._require_running()
         state.turn += 1
         first_new = len(state.history)
@@ -231,13 +289,12 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
     def _parse(self, action: str) -> ParsedAction:
         state = self._state
         assert state is not None
-        parsed = self._parser.parse(action, turn=state.turn)
-        if isinstance(action, str) and len(action) > self.action_space.max_length:
-            parsed = ParsedAction(
-                raw=action,
-                errors=(f"action is {len(action)} characters long; the limit is {self.action_space.max_length}",),
-            )
-        return parsed
+        if not isinstance(action, str):
+            return not_a_string(action)
+        limit = self.action_space.max_length
+        if len(action) > limit:  # checked first: an over-long action is never parsed
+            return ParsedAction(raw=action, errors=(f"action is {len(action)} characters long; the limit is {limit}",))
+        return self._parser.parse(action, turn=state.turn)
 
     def _run_tools(self, parsed: ParsedAction) -> list[tuple[ToolCall, ToolResult]]:
         state = self._state
@@ -262,14 +319,12 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         potential_before = state.potential
         history = state.history
         history.append(Message.assistant(self._clip(parsed.raw, self.action_space.max_length), parsed.tool_calls))
-        if not parsed.well_formed:
-            state.malformed += 1
-            history.append(Message.user(self._format_feedback(parsed)))
         results: list[tuple[ToolCall, ToolResult]] = []
         events: list[str] = []
         new_evidence: set[str] = set()
         repeated = 0
         for call, result in raw_results:
+            events.extend(str(e) for e in result.metadata.get("noise_events", ()))  # fired inside the tool
             result, fired = self.tool_noise.apply(call.name, result, self.np_random)
             events.extend(fired)
             result = ToolResult(self._clip(result.content, self.max_result_length), result.ok, result.metadata)
@@ -281,6 +336,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             state.found |= revealed
             history.append(Message.tool(call, result))
             results.append((call, result))
+        if not parsed.well_formed:  # after the tool messages, which must follow their call in chat format
+            state.malformed += 1
+            history.append(Message.user(self._format_feedback(parsed)))
         terminated = parsed.is_final
         if terminated:
             assert parsed.answer is not None
@@ -331,9 +389,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         n = self.num_tasks()
         if "task_index" in options:
             index = options["task_index"]
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < n:
                 raise ValueError(f"options['task_index'] must be an int in [0, {n}) (got {index!r})")
-            return index
+            return int(index)
         if "task_id" in options:
             return self.task_index_of(str(options["task_id"]))
         return int(self.np_random.integers(n))
@@ -345,16 +403,28 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             raise EpisodeOverError("the episode has terminated; call reset() to start a new one")
         return self._state
 
-    def _format_feedback(self, parsed: ParsedAction) -> str:
+    @staticmethod
+    def _format_feedback(parsed: ParsedAction) -> str:
+        """The error observation of a malformed action; it says truthfully which calls ran."""
         problems = "; ".join(parsed.errors)
-        return f"Format error: {problems}. No tool was run. Follow the tool-call format from the instructions."
+        if not parsed.tool_calls:
+            ran = "No tool was run."
+        else:
+            names = ", ".join(c.name for c in parsed.tool_calls)
+            ran = f"Ran tool call(s) {_ranges(parsed.ran_ranges())} of {parsed.calls_written} ({names})"
+            refused = parsed.refused_ranges()
+            ran += f"; refused {_ranges(refused)}." if refused else "."
+        return f"Format error: {problems}. {ran} Follow the tool-call format from the instructions."
 
     @staticmethod
     def _clip(text: str, limit: int) -> str:
+        """``text`` cut to at most ``limit`` characters, with a note saying how many were cut when it fits."""
         if len(text) <= limit:
             return text
-        note = f" [... {len(text) - limit} characters cut]"
-        return text[: max(0, limit - len(note))] + note
+        keep = limit - len(f" [... {len(text)} characters cut]")  # the note is never longer than this
+        if keep < 1:
+            return text[:limit]
+        return f"{text[:keep]} [... {len(text) - keep} characters cut]"
 
     def _render_observation(self) -> str:
         assert self._state is not None
@@ -364,8 +434,10 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             return text
         head = "".join(render_message(m) for m in self._state.history.messages[:2])[: limit // 4]
         marker = f"[... {len(text)} characters of history, middle elided ...]\n"
-        tail_len = max(0, limit - len(head) - len(marker))
-        return head + marker + (text[-tail_len:] if tail_len else "")
+        tail_len = limit - len(head) - len(marker)
+        if tail_len < 1:  # too small for head + marker: the latest part of the history only
+            return text[-limit:]
+        return head + marker + text[-tail_len:]
 
     def _episode_metrics(self, state: EpisodeState[TaskT]) -> dict[str, float]:
         metrics = {f"answer_{k}": float(v) for k, v in state.answer_scores.items()}

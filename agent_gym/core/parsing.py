@@ -12,6 +12,17 @@ Any string is a legal action. Parsing never raises: problems are collected
 in :attr:`ParsedAction.errors`, the environment turns them into an error
 observation and a format penalty.
 
+The rule for several calls in one action: the first ``max_calls`` (4) calls
+written are examined, in order; the well-formed ones run, the malformed ones
+are refused, and every call after the ``max_calls``-th is refused unread. An
+action with any refused call (or any other problem) is malformed, yet its
+well-formed calls still run, and :attr:`ParsedAction.call_positions` says
+which of the calls written they were, so feedback can say exactly what ran.
+
+Parsing is linear in the text's length and bounded by sizes only (the
+number of calls, :class:`~agent_gym.core.scanning.JsonLimits`), never by
+wall-clock time, so the same text always parses the same way.
+
 Example:
     >>> p = ToolCallParser()
     >>> a = p.parse('<think>hm</think><tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>')
@@ -24,13 +35,13 @@ Example:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
 from agent_gym.core.history import ToolCall
+from agent_gym.core.scanning import JsonLimits, count_blocks, decode_json, scan_blocks
 
 __all__ = [
     "ActionFormat",
@@ -41,7 +52,8 @@ __all__ = [
     "make_parser",
 ]
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 
 class ActionFormat(StrEnum):
@@ -57,15 +69,29 @@ class ParsedAction:
 
     Attributes:
         raw: The action text, unchanged.
-        tool_calls: Well-formed calls, in order (possibly empty).
+        tool_calls: The calls to run, in order (possibly empty; possibly
+            non-empty for a malformed action whose other calls were refused).
         answer: The final answer, if the action gave one.
         errors: Human-readable problems; empty iff the action is well formed.
+        call_positions: For each entry of ``tool_calls``, its 1-based position
+            among the calls the action wrote (default ``1..len(tool_calls)``).
+        calls_written: How many calls the action wrote, run or refused
+            (default ``len(tool_calls)``).
     """
 
     raw: str
     tool_calls: tuple[ToolCall, ...] = ()
     answer: str | None = None
     errors: tuple[str, ...] = field(default_factory=tuple)
+    call_positions: tuple[int, ...] = ()
+    calls_written: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.call_positions:
+            object.__setattr__(self, "call_positions", tuple(range(1, len(self.tool_calls) + 1)))
+        if len(self.call_positions) != len(self.tool_calls):
+            raise ValueError("call_positions needs one position per tool call")
+        object.__setattr__(self, "calls_written", max(self.calls_written, len(self.tool_calls)))
 
     @property
     def well_formed(self) -> bool:
@@ -76,11 +102,30 @@ class ParsedAction:
         """A well-formed final answer."""
         return self.answer is not None and not self.errors
 
+    @property
+    def refused_positions(self) -> tuple[int, ...]:
+        """1-based positions of the calls written but not run."""
+        return tuple(i for first, last in self.refused_ranges() for i in range(first, last + 1))
+
+    def ran_ranges(self) -> list[tuple[int, int]]:
+        """``(first, last)`` runs of the positions of the calls that run."""
+        return _runs(self.call_positions)
+
+    def refused_ranges(self) -> list[tuple[int, int]]:
+        """``(first, last)`` runs of refused positions; cheap even for thousands of calls written."""
+        ran = set(self.call_positions)
+        head = max(ran, default=0)
+        runs = _runs([i for i in range(1, head) if i not in ran])
+        if self.calls_written > head:  # every call after the last one that ran was refused: one run
+            runs.append((head + 1, self.calls_written))
+        return runs
+
 
 class ActionParser(Protocol):
     """Parses actions and writes them (for scripted policies and prompts)."""
 
     format: ActionFormat
+    max_calls: int
 
     def parse(self, text: str, turn: int = 0) -> ParsedAction: ...
 
@@ -91,14 +136,48 @@ class ActionParser(Protocol):
     def instructions(self, tools: Sequence[Any]) -> str: ...
 
 
-def _answers(text: str) -> tuple[str | None, list[str]]:
-    found = _ANSWER.findall(text)
+def _runs(positions: Sequence[int]) -> list[tuple[int, int]]:
+    """Increasing positions -> ``(first, last)`` runs of consecutive ones."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return [(a, b) for a, b in runs]
+
+
+def not_a_string(text: object) -> ParsedAction:
+    """The parse of a non-``str`` action (its type is named; its value is never rendered)."""
+    kind = type(text).__name__
+    return ParsedAction(raw=f"<a {kind}, not a str>", errors=(f"an action must be a str, got {kind}",))
+
+
+def _answer(text: str) -> tuple[str | None, list[str]]:
+    found = scan_blocks(text, ANSWER_OPEN, ANSWER_CLOSE, limit=2)
+    total = count_blocks(text, ANSWER_OPEN, ANSWER_CLOSE) if len(found) > 1 else len(found)
     errors = []
-    if len(found) > 1:
-        errors.append(f"give exactly one <answer>...</answer>, found {len(found)}")
-    if not found and "<answer>" in text:
+    if total > 1:
+        errors.append(f"give exactly one <answer>...</answer>, found {total}")
+    if text.count(ANSWER_OPEN) != total:
         errors.append("<answer> is not closed with </answer>")
-    return (found[0].strip() if found else None), errors
+    return (found[0][1].strip() if found else None), errors
+
+
+def _blocks(text: str, open_tag: str, close_tag: str, limit: int) -> tuple[list[tuple[int, str]], int]:
+    """The first ``limit`` blocks and how many there are in all."""
+    found = scan_blocks(text, open_tag, close_tag, limit=limit + 1)
+    return found[:limit], (count_blocks(text, open_tag, close_tag) if len(found) > limit else len(found))
+
+
+def _check_max_calls(max_calls: int) -> None:
+    if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
+        raise ValueError(f"max_calls must be a positive int (got {max_calls!r})")
+
+
+def _beyond_limit(first: int, last: int, max_calls: int) -> str:
+    which = f"tool call {first}" if first == last else f"tool calls {first}-{last}"
+    return f"{which}: over the limit of {max_calls} calls per action, not read"
 
 
 @dataclass(frozen=True)
@@ -106,44 +185,46 @@ class ToolCallParser:
     """Hermes / Qwen ``<tool_call>`` JSON blocks plus ``<answer>``.
 
     Attributes:
-        max_calls: Calls beyond this many in one action are refused (an error).
+        max_calls: Only the first this many calls of an action are read; the
+            well-formed ones among them run (see the module docstring).
+        json_limits: Size budgets for the JSON inside a call.
     """
 
     max_calls: int = 4
+    json_limits: JsonLimits = field(default_factory=JsonLimits)
     format: ActionFormat = ActionFormat.TOOL_CALL
 
-    _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    def __post_init__(self) -> None:
+        _check_max_calls(self.max_calls)
 
     def parse(self, text: str, turn: int = 0) -> ParsedAction:
         if not isinstance(text, str):
-            return ParsedAction(raw=repr(text), errors=(f"an action must be a str, got {type(text).__name__}",))
-        answer, errors = _answers(text)
-        calls: list[ToolCall] = []
-        blocks = self._BLOCK.findall(text)
-        if text.count("<tool_call>") != len(blocks):
+            return not_a_string(text)
+        answer, errors = _answer(text)
+        blocks, written = _blocks(text, CALL_OPEN, CALL_CLOSE, self.max_calls)
+        if text.count(CALL_OPEN) != written:
             errors.append("every <tool_call> must be closed with </tool_call>")
-        for i, block in enumerate(blocks):
-            call, problem = self._decode(block, f"call_{turn}_{i}")
-            if problem:
-                errors.append(f"tool call {i + 1}: {problem}")
-            elif len(calls) >= self.max_calls:
-                errors.append(f"at most {self.max_calls} tool calls per turn (got {len(blocks)})")
-                break
+        calls: list[ToolCall] = []
+        positions: list[int] = []
+        for i, (_, block) in enumerate(blocks, start=1):
+            call, problem = self._decode(block, f"call_{turn}_{len(calls)}")
+            if call is None:
+                errors.append(f"tool call {i}: {problem}")
             else:
-                calls.append(call)  # type: ignore[arg-type]
+                calls.append(call)
+                positions.append(i)
+        if written > self.max_calls:
+            errors.append(_beyond_limit(self.max_calls + 1, written, self.max_calls))
         if answer is not None and blocks:
-            errors.append("give either tool calls or a final <answer>, not both")
+            errors.append("give either tool calls or a final <answer>, not both (the answer was not taken)")
         if answer is None and not blocks and not errors:
             errors.append("no <tool_call> and no <answer> found")
-        return ParsedAction(raw=text, tool_calls=tuple(calls), answer=answer, errors=tuple(errors))
+        return ParsedAction(text, tuple(calls), answer, tuple(errors), tuple(positions), written)
 
-    @staticmethod
-    def _decode(block: str, call_id: str) -> tuple[ToolCall | None, str | None]:
-        try:
-            obj = json.loads(block.strip())
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = getattr(exc, "msg", "too deeply nested")
-            return None, f"invalid JSON ({msg})"
+    def _decode(self, block: str, call_id: str) -> tuple[ToolCall | None, str | None]:
+        obj, problem = decode_json(block.strip(), self.json_limits)
+        if problem is not None:
+            return None, problem
         if not isinstance(obj, dict):
             return None, "expected a JSON object with 'name' and 'arguments'"
         name = obj.get("name")
@@ -151,10 +232,9 @@ class ToolCallParser:
             return None, "missing string field 'name'"
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):  # some models double-encode the arguments
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                return None, "'arguments' is a string that is not a JSON object"
+            args, problem = decode_json(args, self.json_limits)
+            if problem is not None:
+                return None, f"'arguments' is a string that is not a JSON object: {problem}"
         if not isinstance(args, dict):
             return None, "'arguments' must be a JSON object"
         return ToolCall(name=name, arguments=args, id=call_id), None
@@ -192,30 +272,34 @@ class TagParser:
     max_calls: int = 4
     format: ActionFormat = ActionFormat.TAGS
 
+    def __post_init__(self) -> None:
+        _check_max_calls(self.max_calls)
+
     def parse(self, text: str, turn: int = 0) -> ParsedAction:
         if not isinstance(text, str):
-            return ParsedAction(raw=repr(text), errors=(f"an action must be a str, got {type(text).__name__}",))
-        answer, errors = _answers(text)
+            return not_a_string(text)
+        answer, errors = _answer(text)
         found: list[tuple[int, str, str, str]] = []
-        for tag, (tool_name, arg) in self.tags.items():
-            t = re.escape(tag)
-            matches = list(re.finditer(rf"<{t}>(.*?)</{t}>", text, re.DOTALL))
-            if text.count(f"<{tag}>") != len(matches):
+        written = 0
+        for tag, (tool_name, arg) in self.tags.items():  # the first max_calls overall are among each tag's first
+            blocks, count = _blocks(text, f"<{tag}>", f"</{tag}>", self.max_calls)
+            if text.count(f"<{tag}>") != count:
                 errors.append(f"<{tag}> is not closed with </{tag}>")
-            found.extend((m.start(), tool_name, arg, m.group(1).strip()) for m in matches)
+            found.extend((start, tool_name, arg, inner.strip()) for start, inner in blocks)
+            written += count
         found.sort()
-        calls: list[ToolCall] = []
-        for _, tool_name, arg, value in found:
-            if len(calls) >= self.max_calls:
-                errors.append(f"at most {self.max_calls} tool calls per turn (got {len(found)})")
-                break
-            calls.append(ToolCall(tool_name, {arg: value}, id=f"call_{turn}_{len(calls)}"))
+        calls = [
+            ToolCall(tool_name, {arg: value}, id=f"call_{turn}_{i}")
+            for i, (_, tool_name, arg, value) in enumerate(found[: self.max_calls])
+        ]
+        if written > self.max_calls:
+            errors.append(_beyond_limit(self.max_calls + 1, written, self.max_calls))
         if answer is not None and found:
-            errors.append("give either a tool call or a final <answer>, not both")
+            errors.append("give either a tool call or a final <answer>, not both (the answer was not taken)")
         if answer is None and not found and not errors:
             tags = ", ".join(f"<{t}>" for t in self.tags)
             errors.append(f"no {tags} and no <answer> found")
-        return ParsedAction(raw=text, tool_calls=tuple(calls), answer=answer, errors=tuple(errors))
+        return ParsedAction(text, tuple(calls), answer, tuple(errors), calls_written=written)
 
     def format_call(self, name: str, arguments: Mapping[str, Any]) -> str:
         for tag, (tool_name, arg) in self.tags.items():
@@ -240,11 +324,13 @@ class TagParser:
         )
 
 
-def make_parser(action_format: str | ActionFormat, tools: Sequence[Any] = ()) -> ToolCallParser | TagParser:
+def make_parser(
+    action_format: str | ActionFormat, tools: Sequence[Any] = (), *, max_calls: int = 4
+) -> ToolCallParser | TagParser:
     """The parser for ``action_format``; for tags, one tag per one-argument tool."""
     fmt = ActionFormat(action_format)
     if fmt is ActionFormat.TOOL_CALL:
-        return ToolCallParser()
+        return ToolCallParser(max_calls=max_calls)
     tags: dict[str, tuple[str, str]] = {}
     for t in tools:
         props = list(t.parameters.get("properties", {}))
@@ -252,4 +338,4 @@ def make_parser(action_format: str | ActionFormat, tools: Sequence[Any] = ()) ->
             tags[t.name] = (t.name, props[0])
     if not tags:
         raise ValueError("action_format='tags' needs at least one tool with exactly one argument")
-    return TagParser(tags=tags)
+    return TagParser(tags=tags, max_calls=max_calls)

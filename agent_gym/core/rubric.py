@@ -11,17 +11,26 @@ A term that returns something that is not a finite number, or leaves its
 declared bounds, raises :class:`RewardError`: rewards fail loudly, they are
 never silently scored 0.
 
+A term may declare tighter bounds for the two kinds of step, a *final* step
+(a well-formed answer: it runs no tool) and a *non-final* step, which makes
+:attr:`Rubric.reward_range` exact: e.g. the answer term is 0 on non-final
+steps and the evidence term 0 on final ones, so the process preset's highest
+step reward is the answer's 1.0, not 1.0 plus the evidence bonus.
+
 Example:
-    >>> rubric = Rubric([RewardTerm("step_cost", lambda t: -1.0, weight=0.1, bounds=(-1.0, -1.0))])
-    >>> rubric.reward_range
-    (-0.1, -0.1)
+    >>> step = RewardTerm("step_cost", lambda t: 0.0 if t.terminated else -1.0, weight=0.1,
+    ...                   bounds=(-1.0, 0.0), final_bounds=(0.0, 0.0), nonfinal_bounds=(-1.0, -1.0))
+    >>> answer = RewardTerm("answer", lambda t: 1.0 if t.terminated else 0.0,
+    ...                     bounds=(0.0, 1.0), nonfinal_bounds=(0.0, 0.0))
+    >>> Rubric([step, answer]).reward_range
+    (-0.1, 1.0)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_gym.core.history import ToolCall, ToolResult
@@ -70,6 +79,9 @@ class Transition:
     noise_events: tuple[str, ...] = ()
 
 
+Bounds = tuple[float, float]
+
+
 @dataclass(frozen=True)
 class RewardTerm:
     """One named, weighted reward term.
@@ -78,16 +90,43 @@ class RewardTerm:
         name: The key in ``info["reward_terms"]``.
         fn: A pure function ``Transition -> float``.
         weight: Multiplies the raw value; 0 makes the term a logged metric.
-        bounds: The raw value's ``(low, high)``; checked on every call.
+        bounds: The raw value's ``(low, high)`` on any step.
+        final_bounds: The raw value's bounds on a final step (a well-formed
+            answer); default ``bounds``. Must lie inside ``bounds``.
+        nonfinal_bounds: The raw value's bounds on every other step; default
+            ``bounds``. Must lie inside ``bounds``.
+
+    The bounds of the step's kind are checked on every call.
     """
 
     name: str
     fn: Callable[[Transition], float]
     weight: float = 1.0
-    bounds: tuple[float, float] = (-1.0, 1.0)
+    bounds: Bounds = (-1.0, 1.0)
+    final_bounds: Bounds | None = None
+    nonfinal_bounds: Bounds | None = None
 
-    def weighted_bounds(self) -> tuple[float, float]:
-        a, b = self.weight * self.bounds[0], self.weight * self.bounds[1]
+    def __post_init__(self) -> None:
+        low, high = self.bounds
+        for name in ("bounds", "final_bounds", "nonfinal_bounds"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            a, b = value
+            if not (math.isfinite(a) and math.isfinite(b) and a <= b and low <= a and b <= high):
+                raise ValueError(f"term {self.name!r}: {name} must be finite, ordered and inside bounds (got {value})")
+        if not math.isfinite(self.weight):
+            raise ValueError(f"term {self.name!r}: weight must be finite (got {self.weight})")
+
+    def bounds_for(self, final: bool) -> Bounds:
+        """The raw bounds on a final (``True``) or non-final step."""
+        specific = self.final_bounds if final else self.nonfinal_bounds
+        return specific if specific is not None else self.bounds
+
+    def weighted_bounds(self, final: bool | None = None) -> Bounds:
+        """``weight`` times the bounds (of one kind of step, or of any step when ``final`` is ``None``)."""
+        low, high = self.bounds if final is None else self.bounds_for(final)
+        a, b = self.weight * low, self.weight * high
         return min(a, b), max(a, b)
 
 
@@ -106,16 +145,24 @@ class Rubric:
         names = [t.name for t in terms]
         if len(set(names)) != len(names):
             raise ValueError(f"reward term names must be unique (got {names})")
-        for t in terms:
-            if not math.isfinite(t.weight) or t.bounds[0] > t.bounds[1]:
-                raise ValueError(f"term {t.name!r}: weight must be finite and bounds ordered (got {t})")
         object.__setattr__(self, "terms", terms)
 
+    def step_range(self, final: bool) -> Bounds:
+        """The smallest and largest reward of a final (``True``) or non-final step."""
+        parts = [t.weighted_bounds(final) for t in self.terms]
+        return float(sum(p[0] for p in parts)), float(sum(p[1] for p in parts))
+
     @property
-    def reward_range(self) -> tuple[float, float]:
-        """The smallest and largest possible step reward."""
-        lows, highs = zip(*(t.weighted_bounds() for t in self.terms), strict=True) if self.terms else ((0.0,), (0.0,))
-        return float(sum(lows)), float(sum(highs))
+    def reward_range(self) -> Bounds:
+        """The smallest and largest possible step reward.
+
+        The envelope of :meth:`step_range` over final and non-final steps. It
+        is exact when each term's per-kind bounds are attainable together on
+        one step (true of the presets in :mod:`agent_gym.rewards`, whose
+        tests reach both ends).
+        """
+        (final_low, final_high), (low, high) = self.step_range(True), self.step_range(False)
+        return min(final_low, low), max(final_high, high)
 
     def score(self, transition: Transition) -> tuple[dict[str, float], dict[str, float]]:
         """``(weighted, raw)`` term values for one step; ``sum(weighted)`` is the reward."""
@@ -128,9 +175,12 @@ class Rubric:
                 raise RewardError(f"reward term {term.name!r} raised {type(exc).__name__}: {exc}") from exc
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise RewardError(f"reward term {term.name!r} returned {value!r}, not a finite number")
-            low, high = term.bounds
+            low, high = term.bounds_for(transition.terminated)
             if not low - 1e-9 <= value <= high + 1e-9:
-                raise RewardError(f"reward term {term.name!r} returned {value}, outside its bounds {term.bounds}")
+                kind = "final" if transition.terminated else "non-final"
+                raise RewardError(
+                    f"reward term {term.name!r} returned {value} on a {kind} step, outside its bounds {(low, high)}"
+                )
             raw[term.name] = float(value)
             weighted[term.name] = float(term.weight * value)
         return weighted, raw
@@ -140,8 +190,17 @@ class Rubric:
         unknown = set(weights) - {t.name for t in self.terms}
         if unknown:
             raise KeyError(f"unknown reward terms {sorted(unknown)}; known: {[t.name for t in self.terms]}")
-        return Rubric(RewardTerm(t.name, t.fn, weights.get(t.name, t.weight), t.bounds) for t in self.terms)
+        return Rubric(replace(t, weight=weights.get(t.name, t.weight)) for t in self.terms)
 
     def describe(self) -> list[dict[str, Any]]:
         """Name, weight and bounds of each term (for logs and READMEs)."""
-        return [{"name": t.name, "weight": t.weight, "bounds": list(t.bounds)} for t in self.terms]
+        return [
+            {
+                "name": t.name,
+                "weight": t.weight,
+                "bounds": list(t.bounds),
+                "final_bounds": list(t.bounds_for(True)),
+                "nonfinal_bounds": list(t.bounds_for(False)),
+            }
+            for t in self.terms
+        ]

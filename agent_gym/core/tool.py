@@ -116,7 +116,10 @@ class Tool:
 
     def call(self, arguments: Any, ctx: ToolContext | None = None) -> ToolResult:
         """Validate and run; never raises for anything the agent wrote."""
-        problem = self.validate(arguments)
+        try:
+            problem = self.validate(arguments)
+        except (RecursionError, ValueError) as exc:  # e.g. nesting deeper than the validator can walk
+            problem = f"invalid arguments for {self.name}: {type(exc).__name__}"
         if problem is not None:
             return ToolResult.error(problem, reason="invalid_arguments")
         try:
@@ -142,6 +145,16 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and deep-copied without the schema validator (it is rebuilt from ``parameters``)."""
+        state = self.__dict__.copy()
+        state.pop("_validator", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._validator = _validator_for(self.parameters)
 
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}

@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -41,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agent_gym.core.env import EpisodeState, ToolEnv
+from agent_gym.core.env import EpisodeState, ToolEnv, positive_int
 from agent_gym.core.history import Role, ToolCall, ToolResult
 from agent_gym.core.noise import ToolNoise
 from agent_gym.core.tool import Tool
@@ -165,12 +166,12 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         answer_metric: ``"f1"`` or ``"em"`` for the answer reward.
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         tool_noise: A :class:`~agent_gym.core.noise.ToolNoise` or a dict of its fields.
-        top_k: Passages per search.
+        top_k: Passages per search (a positive int).
         retriever: Search backend, ``"bm25"`` (default), ``"lucene"``,
             ``"dense"`` or ``"remote"`` (see :class:`RetrieverBackend`); one
             index per corpus is built and shared by every env in the process.
         retriever_url: The ``/retrieve`` endpoint for ``retriever="remote"``.
-        max_passage_chars: Each passage is cut to this many characters.
+        max_passage_chars: Each passage is cut to this many characters (a positive int).
         limit: Use only the first ``limit`` tasks of the split.
         data_files: With a folder ``data_path``: a glob choosing its files
             (a folder mixing splits is refused without it).
@@ -178,6 +179,14 @@ class MultiHopQAEnv(ToolEnv[QATask]):
             questions too (skipped by default: the answerable setting).
         **kwargs: Further :class:`~agent_gym.core.env.ToolEnv` arguments
             (``max_action_length``, ``max_observation_length``, ``render_mode``, ...).
+
+    Raises:
+        ValueError: A bad argument (e.g. ``top_k=0``), caught at construction.
+        FileNotFoundError: ``data_path`` does not exist.
+
+    The env pickles and deep-copies, before ``reset`` and mid-episode: the
+    copy continues exactly like the original under the same actions. Copies
+    share (deep copy) or rebuild (pickle) the read-only retriever index.
     """
 
     def __init__(
@@ -203,6 +212,11 @@ class MultiHopQAEnv(ToolEnv[QATask]):
     ) -> None:
         rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
         super().__init__(rubric=rubric, action_format=action_format, tool_noise=tool_noise, **kwargs)
+        self.top_k = positive_int("top_k", top_k)
+        self.max_passage_chars = positive_int("max_passage_chars", max_passage_chars)
+        backends = [b.value for b in RetrieverBackend]
+        if retriever not in backends:
+            raise ValueError(f"retriever must be one of {backends} (got {retriever!r})")
         self._tasks = load_tasks(
             data_path,
             source=source,
@@ -212,13 +226,43 @@ class MultiHopQAEnv(ToolEnv[QATask]):
             include_unanswerable=include_unanswerable,
         )
         self._index_of = self._index_tasks(self._tasks)
-        self.top_k = top_k
-        self.max_passage_chars = max_passage_chars
-        self.corpus_mode, passages = self._corpus_passages(corpus, remote=retriever == RetrieverBackend.REMOTE)
-        self.retriever = _make_retriever(retriever, passages, retriever_url)
+        self._corpus, self._backend, self._retriever_url = corpus, RetrieverBackend(retriever), retriever_url
+        self._attach_retriever()
+        self._oracle_queries: dict[tuple[int, str], str | None] = {}
+
+    def _attach_retriever(self) -> None:
+        """Build (or fetch from the per-process cache) the retriever and the tools that hold it."""
+        remote = self._backend == RetrieverBackend.REMOTE
+        self.corpus_mode, passages = self._corpus_passages(self._corpus, remote=remote)
+        self.retriever = _make_retriever(self._backend, passages, self._retriever_url)
         self._title_of = {p.id: p.title for p in passages}
         self._shared_tool = None if self.corpus_mode is CorpusMode.QUESTION else self._search_tool(None)
-        self._oracle_queries: dict[tuple[int, str], str | None] = {}
+        if self.state is not None:
+            self._tools = {t.name: t for t in self.make_tools(self.state.task)}
+
+    # ------------------------------------------------------------- copying
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the retriever and the tools holding it (rebuilt from the cache on load).
+
+        A pickled env is small (tasks, episode state, random generator) and
+        loads in another process, where the index is built (or found in that
+        process's cache) again; the episode goes on exactly where it was.
+        """
+        state = self.__dict__.copy()
+        state.update(retriever=None, _shared_tool=None, _tools={}, _title_of={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._attach_retriever()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MultiHopQAEnv:
+        """A deep copy that shares the read-only retriever index instead of copying it."""
+        memo[id(self.retriever)] = self.retriever
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return clone
 
     @staticmethod
     def _index_tasks(tasks: Sequence[QATask]) -> dict[str, int]:

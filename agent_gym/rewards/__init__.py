@@ -14,6 +14,16 @@ Either preset can add potential-based shaping ``γΦ(s') - Φ(s)`` with Φ the
 fraction of gold evidence found (Ng, Harada & Russell, 1999), which leaves the
 optimal policy unchanged.
 
+Every term declares its bounds on final (answer) and non-final steps, so
+``Rubric.reward_range`` is the exact per-step range. For ``"process"`` with
+the default weights it is ``(-0.16, 1.0)``: the low end is a malformed
+action that repeats a call (``-0.1 - 0.05 - 0.01``), the high end a correct
+answer; a non-final step earns at most ``0.2 - 0.01``. Shaping with γ adds
+``0.2 (γ - 1)`` to the low end (a step that finds nothing once all evidence
+is found) and leaves the high end at 1.0. For ``"outcome"`` it is
+``(-1.0, 1.0)``: ``-1`` is approached, never reached (``-(T-1)/T`` after T
+turns with one well-formed action).
+
 Example:
     >>> rubric = make_rubric("process", answer_metric="f1", shaping_gamma=1.0)
     >>> [t.name for t in rubric.terms]
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from functools import partial
+from typing import Any
 
 from agent_gym.core.rubric import RewardTerm, Rubric, Transition
 
@@ -99,6 +110,39 @@ def shaping(t: Transition, gamma: float = 1.0) -> float:
     return gamma * t.potential_after - t.potential_before
 
 
+_ZERO = (0.0, 0.0)
+
+
+def _choice(enum: type[StrEnum], value: object, name: str) -> Any:
+    options = [m.value for m in enum]
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options} (got {value!r})")
+    return enum(value)
+
+
+def _outcome_terms(metric: AnswerMetric) -> list[RewardTerm]:
+    """Zero until the end; at the end in ``[-1, 1]``."""
+    return [RewardTerm("outcome", partial(outcome_agent_r1, metric=metric), 1.0, (-1.0, 1.0), nonfinal_bounds=_ZERO)]
+
+
+def _process_terms(metric: AnswerMetric) -> list[RewardTerm]:
+    """A final step is a well-formed answer that runs no tool: only ``answer`` can be non-zero there."""
+    return [
+        RewardTerm("format", format_penalty, 0.1, (-1.0, 0.0), final_bounds=_ZERO),
+        RewardTerm("evidence", evidence_gain, 0.2, (0.0, 1.0), final_bounds=_ZERO),
+        RewardTerm("repeat", repeated_call, 0.05, (-1.0, 0.0), final_bounds=_ZERO),
+        RewardTerm("step_cost", step_cost, 0.01, (-1.0, 0.0), final_bounds=_ZERO, nonfinal_bounds=(-1.0, -1.0)),
+        RewardTerm("answer", partial(answer_score, metric=metric), 1.0, (0.0, 1.0), nonfinal_bounds=_ZERO),
+    ]
+
+
+def _shaping_term(gamma: float) -> RewardTerm:
+    """``γΦ' - Φ`` with ``0 <= Φ <= Φ' <= 1`` (evidence is never lost); on a final step ``Φ' = Φ``."""
+    return RewardTerm(
+        "shaping", partial(shaping, gamma=gamma), 0.2, (gamma - 1.0, gamma), final_bounds=(gamma - 1.0, 0.0)
+    )
+
+
 def make_rubric(
     preset: str | Preset = Preset.PROCESS,
     *,
@@ -113,22 +157,19 @@ def make_rubric(
         answer_metric: ``"em"`` or ``"f1"`` for the answer term.
         shaping_gamma: If set, add the potential-based ``shaping`` term with this γ in (0, 1].
         weights: Override term weights by name (0 turns a term into a logged metric).
+
+    Raises:
+        ValueError: An unknown preset or metric, or ``shaping_gamma`` outside (0, 1].
+        KeyError: ``weights`` names a term the preset does not have.
     """
-    preset = Preset(preset)
-    metric = AnswerMetric(answer_metric)
-    if preset is Preset.OUTCOME:
-        terms = [RewardTerm("outcome", partial(outcome_agent_r1, metric=metric), 1.0, (-1.0, 1.0))]
-    else:
-        terms = [
-            RewardTerm("format", format_penalty, 0.1, (-1.0, 0.0)),
-            RewardTerm("evidence", evidence_gain, 0.2, (0.0, 1.0)),
-            RewardTerm("repeat", repeated_call, 0.05, (-1.0, 0.0)),
-            RewardTerm("step_cost", step_cost, 0.01, (-1.0, 0.0)),
-            RewardTerm("answer", partial(answer_score, metric=metric), 1.0, (0.0, 1.0)),
-        ]
+    preset = _choice(Preset, preset, "reward")
+    metric = _choice(AnswerMetric, answer_metric, "answer_metric")
+    terms = _outcome_terms(metric) if preset is Preset.OUTCOME else _process_terms(metric)
     if shaping_gamma is not None:
+        if isinstance(shaping_gamma, bool) or not isinstance(shaping_gamma, (int, float)):
+            raise ValueError(f"shaping_gamma must be a number in (0, 1] or None (got {shaping_gamma!r})")
         if not 0.0 < shaping_gamma <= 1.0:
             raise ValueError(f"shaping_gamma must lie in (0, 1] (got {shaping_gamma})")
-        terms.append(RewardTerm("shaping", partial(shaping, gamma=shaping_gamma), 0.2, (-1.0, shaping_gamma)))
+        terms.append(_shaping_term(float(shaping_gamma)))
     rubric = Rubric(terms)
     return rubric.with_weights(**weights) if weights else rubric

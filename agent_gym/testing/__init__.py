@@ -1,28 +1,47 @@
 """Conformance kit for text environments (product code, for your envs too).
 
 :func:`check_text_env` runs Gymnasium's :func:`~gymnasium.utils.env_checker.check_env`
-and then the checks a text agent environment needs on top:
+and then drives whole episodes *to their end* through the env as given
+(wrappers included), checking what a text agent environment needs on top:
 
 * observations are in the observation space after ``reset`` and every ``step``;
+* rewards are finite floats inside ``env.reward_range`` and equal the sum of
+  ``info["reward_terms"]``, whose names are the rubric's terms; reward terms
+  stay inside their declared bounds;
+* ``score_answer`` returns finite scores in ``[0, 1]`` (checked on every
+  answer the kit gives, before the env scores it);
+* a terminated step names its ``stop_reason`` and reports ``metrics``;
 * whole trajectories are deterministic under a seed (observations, rewards,
   infos), noise included;
-* rewards are finite, inside ``env.reward_range``, and equal the sum of
-  ``info["reward_terms"]``;
-* ``step`` after the end raises, and ``reset`` after the end works;
+* ``step`` after the end raises :class:`~agent_gym.core.env.EpisodeOverError`
+  (after ``truncated`` too, when :class:`~agent_gym.wrappers.RecordStopReason`
+  is in the stack), and ``reset`` after the end works;
 * every tool's JSON schema is a valid schema and tool names are unique.
+
+Each episode is played by a seeded random policy that mixes random text,
+schema-valid tool calls and answers, and answers at its last step, so every
+episode ends (by an answer or a time limit); when the env has an oracle, one
+more episode is played by the oracle. A broken invariant is an
+``AssertionError`` whose message names it; an exception the env raises while
+scoring (:class:`~agent_gym.core.rubric.RewardError`) is reported the same way.
+
+:func:`check_copies` checks that an env pickles and deep-copies, before
+``reset`` and mid-episode, and that the copy goes on exactly like the original.
 
 Example:
     >>> import gymnasium as gym, agent_gym
     >>> from agent_gym.testing import check_text_env
     >>> check_text_env(gym.make("AgentR1/Calculator-v0"))  # doctest: +SKIP
 
-Hypothesis strategies for adversarial actions live in
-:mod:`agent_gym.testing.strategies`.
+Hypothesis strategies (hostile actions, and actions that reach the whole MDP)
+live in :mod:`agent_gym.testing.strategies`.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,27 +52,54 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
 from agent_gym.core.env import EpisodeOverError, ToolEnv
+from agent_gym.core.rubric import RewardError
 from agent_gym.core.tool import Tool
+from agent_gym.wrappers import RecordStopReason
 
-__all__ = ["check_step", "check_text_env", "random_call", "random_episode_actions", "run_episode"]
+__all__ = [
+    "check_answer_scores",
+    "check_copies",
+    "check_step",
+    "check_text_env",
+    "random_call",
+    "random_episode_actions",
+    "run_episode",
+]
+
+Record = list[tuple[Any, ...]]
 
 
 def check_step(env: ToolEnv[Any], obs: str, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
-    """Assert the invariants of one ``step`` result; the messages name the bug."""
+    """Assert the invariants of one ``step`` result; the messages name the broken invariant."""
     assert env.observation_space.contains(obs), f"observation of length {len(obs)} is not in {env.observation_space}"
     assert isinstance(reward, float) and math.isfinite(reward), f"reward must be a finite float, got {reward!r}"
     low, high = env.reward_range
     assert low - 1e-9 <= reward <= high + 1e-9, f"reward {reward} outside reward_range {env.reward_range}"
     terms = info.get("reward_terms")
     assert isinstance(terms, dict), "info['reward_terms'] must be a dict of named reward parts"
+    names = [t.name for t in env.rubric.terms]
+    assert list(terms) == names, f"info['reward_terms'] names {list(terms)} are not the rubric's terms {names}"
     assert math.isclose(sum(terms.values()), reward, abs_tol=1e-9), (
         f"reward terms {terms} sum to {sum(terms.values())}, not to the reward {reward}"
     )
     assert isinstance(info.get("tool_calls"), list), "info['tool_calls'] must be a list"
-    assert isinstance(terminated, bool) and isinstance(truncated, bool)
+    assert isinstance(terminated, bool) and isinstance(truncated, bool), "terminated and truncated must be bools"
     if terminated:
         assert info.get("stop_reason"), "a terminated step must name its info['stop_reason']"
         assert isinstance(info.get("metrics"), dict), "a terminated step must report info['metrics']"
+
+
+def check_answer_scores(env: ToolEnv[Any], answer: str) -> None:
+    """Assert that ``env.score_answer`` gives finite scores in ``[0, 1]`` for ``answer`` on the current task."""
+    state = env.state
+    assert state is not None, "check_answer_scores needs a running episode"
+    scores = env.score_answer(state.task, answer)
+    assert isinstance(scores, dict) and scores, f"score_answer must return a non-empty dict, got {scores!r}"
+    for name, value in scores.items():
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        assert ok and 0.0 <= value <= 1.0, (
+            f"score bounds: score_answer must return scores in [0, 1], got {name}={value!r} for answer {answer!r}"
+        )
 
 
 def random_call(tool: Tool, rng: np.random.Generator) -> dict[str, Any]:
@@ -75,17 +121,34 @@ def random_call(tool: Tool, rng: np.random.Generator) -> dict[str, Any]:
     return args
 
 
-def random_episode_actions(env: ToolEnv[Any], rng: np.random.Generator) -> Callable[[], str]:
-    """A policy mixing random text, well-formed random tool calls and answers."""
+def random_episode_actions(
+    env: ToolEnv[Any], rng: np.random.Generator, *, answer_at: int | None = None
+) -> Callable[[], str]:
+    """A policy mixing random text, well-formed random tool calls and answers.
+
+    Args:
+        env: The (unwrapped) env, already reset (its tools and parser are used).
+        rng: The policy's random generator.
+        answer_at: If set, the policy's ``answer_at``-th action (1-based) and
+            any later one is an answer, so the episode ends.
+    """
+    count = 0
 
     def act() -> str:
+        nonlocal count
+        count += 1
         u = rng.random()
         tools = list(env.tools.values())
+        if answer_at is not None and count >= answer_at:
+            u = 1.0
         if u < 0.3:
             return env.action_space.sample()
-        if u < 0.85 and tools:
+        if u < 0.8 and tools:
             t = tools[int(rng.integers(len(tools)))]
-            return env.parser.format_call(t.name, random_call(t, rng))
+            try:
+                return env.parser.format_call(t.name, random_call(t, rng))
+            except KeyError:  # a tool the tag format cannot write
+                return env.action_space.sample()
         return env.parser.format_answer(str(rng.integers(100)))
 
     return act
@@ -98,10 +161,10 @@ def run_episode(
     seed: int,
     options: dict[str, Any] | None = None,
     max_steps: int = 12,
-) -> list[tuple[Any, ...]]:
+) -> Record:
     """Play one episode; returns ``[(obs, info), (action, obs, reward, term, trunc, info), ...]``."""
     obs, info = env.reset(seed=seed, options=options)
-    record: list[tuple[Any, ...]] = [(obs, info)]
+    record: Record = [(obs, info)]
     for _ in range(max_steps):
         action = policy()
         obs, reward, terminated, truncated, info = env.step(action)
@@ -109,6 +172,58 @@ def run_episode(
         if terminated or truncated:
             break
     return record
+
+
+def _play_checked(env: gym.Env[str, str], policy: Callable[[], str], *, seed: int, max_steps: int) -> Record:
+    """:func:`run_episode` with every step checked (answers' scores first) and scoring errors as assertions."""
+    base = env.unwrapped
+    assert isinstance(base, ToolEnv)
+    obs, info = env.reset(seed=seed)
+    assert base.observation_space.contains(obs), f"seed {seed}: the reset observation is not in the observation space"
+    assert isinstance(info.get("messages"), list), "info['messages'] must be a list of chat messages"
+    record: Record = [(obs, info)]
+    for turn in range(1, max_steps + 1):
+        action = policy()
+        parsed = base.parser.parse(action) if isinstance(action, str) else None
+        if parsed is not None and parsed.is_final and len(action) <= base.action_space.max_length:
+            check_answer_scores(base, parsed.answer or "")
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except RewardError as exc:
+            raise AssertionError(
+                f"seed {seed}, step {turn}: a reward term broke its contract (a finite number inside its "
+                f"declared bounds): {exc}"
+            ) from exc
+        check_step(base, obs, reward, terminated, truncated, info)
+        record.append((action, obs, reward, terminated, truncated, info))
+        if terminated or truncated:
+            break
+    return record
+
+
+def _has_wrapper(env: gym.Env[Any, Any], kind: type) -> bool:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, kind):
+            return True
+        env = env.env
+    return False
+
+
+def _check_end(env: gym.Env[str, str], record: Record, seed: int) -> None:
+    """After the end, ``step`` raises (after truncation only when RecordStopReason enforces it)."""
+    *_, terminated, truncated, _info = record[-1]
+    if not (terminated or (truncated and _has_wrapper(env, RecordStopReason))):
+        return
+    try:
+        env.step("<answer>again</answer>")
+    except EpisodeOverError:
+        return
+    end = "termination" if terminated else "truncation"
+    raise AssertionError(f"seed {seed}: step() after {end} must raise EpisodeOverError")
+
+
+def _has_oracle(base: ToolEnv[Any]) -> bool:
+    return type(base).oracle_action is not ToolEnv.oracle_action
 
 
 def check_text_env(
@@ -121,9 +236,10 @@ def check_text_env(
     """Run Gymnasium's checker and the text-agent checks; raise ``AssertionError`` on a bug.
 
     Args:
-        env: The environment (wrapped or not; the checks use ``env.unwrapped``).
-        seeds: Seeds of the trajectories checked for determinism and invariants.
-        max_steps: Steps per checked trajectory.
+        env: The environment (wrapped or not). Episodes run through ``env`` as
+            given; the policies read ``env.unwrapped``'s tools and parser.
+        seeds: Seeds of the random-policy episodes (each played twice, for determinism).
+        max_steps: Steps per episode; the random policy answers at the last one.
         skip_gymnasium_checker: Skip :func:`gymnasium.utils.env_checker.check_env`.
     """
     base = env.unwrapped
@@ -138,31 +254,61 @@ def check_text_env(
     for seed in seeds:
         runs = []
         for _ in range(2):
-            base.reset(seed=seed)  # makes env.tools/parser available to the policy
+            base.reset(seed=seed)  # makes the tools and parser available to the policy
             base.action_space.seed(seed)
-            policy = random_episode_actions(base, np.random.default_rng(seed))
-            runs.append(run_episode(base, policy, seed=seed, max_steps=max_steps))
+            policy = random_episode_actions(base, np.random.default_rng(seed), answer_at=max_steps)
+            runs.append(_play_checked(env, policy, seed=seed, max_steps=max_steps))
+            _check_end(env, runs[-1], seed)
         first, second = runs
         assert len(first) == len(second), f"seed {seed}: episode lengths differ ({len(first)} vs {len(second)})"
         for i, (a, b) in enumerate(zip(first, second, strict=True)):
             assert data_equivalence(a, b), f"seed {seed}: step {i} differs between two runs with the same seed"
-        obs0, info0 = first[0]
-        assert base.observation_space.contains(obs0), "reset observation is not in the observation space"
-        assert isinstance(info0.get("messages"), list), "info['messages'] must be a list of chat messages"
-        for _action, obs, reward, terminated, truncated, info in first[1:]:
-            check_step(base, obs, reward, terminated, truncated, info)
-        if first[-1][3]:  # terminated: step must now refuse
-            try:
-                base.step("<answer>again</answer>")
-            except EpisodeOverError:
-                pass
-            else:
-                raise AssertionError("step() after termination must raise EpisodeOverError")
-        obs, _ = base.reset(seed=seed)
-        assert base.observation_space.contains(obs), "reset after an episode returned an invalid observation"
+    if _has_oracle(base):
+        base.reset(seed=seeds[0] if seeds else 0)
+        record = _play_checked(env, base.oracle_action, seed=seeds[0] if seeds else 0, max_steps=max_steps)
+        _check_end(env, record, seeds[0] if seeds else 0)
+    obs, _ = env.reset(seed=0)
+    assert base.observation_space.contains(obs), "reset after an episode returned an invalid observation"
 
     names = [t.name for t in base.tools.values()]
     assert len(names) == len(set(names)), f"tool names must be unique: {names}"
     for t in base.tools.values():
         jsonschema.Draft202012Validator.check_schema(t.schema()["function"]["parameters"])
         assert t.description, f"tool {t.name!r} needs a description"
+
+
+def check_copies(env: gym.Env[str, str], *, seed: int = 0, max_steps: int = 6) -> None:
+    """Assert that ``env`` pickles and deep-copies before ``reset`` and mid-episode, and copies behave the same.
+
+    Before every step of one episode (the oracle's when the env has one, else
+    a seeded random policy's), a new pickled and a new deep-copied twin is
+    made; every twin made so far takes the same action as the original, and
+    must return equal observations, rewards, flags and infos, to the end.
+    """
+    base = env.unwrapped
+    assert isinstance(base, ToolEnv), f"expected a ToolEnv, got {type(base).__name__}"
+    clones: dict[str, Callable[[Any], Any]] = {
+        "pickle": lambda e: pickle.loads(pickle.dumps(e)),
+        "deepcopy": copy.deepcopy,
+    }
+    for how, clone in clones.items():
+        fresh = clone(env)
+        assert data_equivalence(fresh.reset(seed=seed), env.reset(seed=seed)), f"{how} before reset: resets differ"
+    policy = _copy_policy(base, seed)
+    twins: list[tuple[str, int, Any]] = []
+    for turn in range(1, max_steps + 1):
+        twins += [(how, turn, clone(env)) for how, clone in clones.items()]
+        action = policy()
+        mine = env.step(action)
+        for how, made, twin in twins:
+            assert data_equivalence(mine, twin.step(action)), (
+                f"{how} made before step {made}: step {turn} differs from the original's"
+            )
+        if mine[2] or mine[3]:
+            return
+
+
+def _copy_policy(base: ToolEnv[Any], seed: int) -> Callable[[], str]:
+    if _has_oracle(base):
+        return base.oracle_action
+    return random_episode_actions(base, np.random.default_rng(seed))

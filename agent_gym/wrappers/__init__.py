@@ -2,7 +2,10 @@
 
 * :class:`RecordStopReason` - sets ``info["stop_reason"] = "max_turns"`` when
   a time limit (``max_episode_steps``) truncates the episode, so every episode
-  end names the condition that fired. Registered envs carry it by default.
+  end names the condition that fired, and makes ``step()`` after the end
+  (terminated *or* truncated) raise
+  :class:`~agent_gym.core.env.EpisodeOverError` until ``reset()``.
+  Registered envs carry it by default.
 """
 
 from __future__ import annotations
@@ -10,21 +13,55 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.utils import RecordConstructorArgs
 
-from agent_gym.core.env import StopReason
+from agent_gym.core.env import EpisodeOverError, StopReason
 
 __all__ = ["RecordStopReason"]
 
 
-class RecordStopReason(gym.Wrapper[str, str, str, str]):
-    """Name the stop condition of truncated episodes in ``info["stop_reason"]``.
+class RecordStopReason(gym.Wrapper[str, str, str, str], RecordConstructorArgs):
+    """Name the stop condition of truncated episodes and refuse steps after the end.
 
     Place it outside :class:`gymnasium.wrappers.TimeLimit` (``gymnasium.make``
-    does so for registered envs).
+    does so for registered envs). It records its (empty) constructor
+    arguments, so ``gymnasium.make(env.spec)`` rebuilds the same stack.
+
+    The rule it enforces (the one Gymnasium's vector envs assume): once a step
+    returns ``terminated`` or ``truncated``, the episode is over and the next
+    ``step()`` raises :class:`~agent_gym.core.env.EpisodeOverError`; call
+    ``reset()``.
+
+    Example:
+        >>> import gymnasium as gym, agent_gym
+        >>> env = gym.make("AgentR1/Calculator-v0", max_episode_steps=1)
+        >>> _ = env.reset(seed=0)
+        >>> env.step("hello")[3]  # truncated by the turn limit
+        True
+        >>> env.step("hello")
+        Traceback (most recent call last):
+        ...
+        agent_gym.core.env.EpisodeOverError: the episode was truncated (max_turns); call reset() to start a new one
     """
 
+    def __init__(self, env: gym.Env[str, str]):
+        RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self._ended: str | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._ended = None
+        return obs, info
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._ended is not None:
+            raise EpisodeOverError(f"the episode was {self._ended}; call reset() to start a new one")
         obs, reward, terminated, truncated, info = self.env.step(action)
         if truncated and not terminated and info.get("stop_reason") is None:
             info["stop_reason"] = StopReason.MAX_TURNS
+        if terminated:
+            self._ended = f"terminated ({info.get('stop_reason')})"
+        elif truncated:
+            self._ended = f"truncated ({info.get('stop_reason')})"
         return obs, reward, terminated, truncated, info

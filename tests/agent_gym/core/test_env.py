@@ -73,9 +73,9 @@ def test_check_text_env_passes_on_a_correct_env(lookup_env):
     check_text_env(lookup_env)
 
 
-def test_check_text_env_catches_a_broken_reward():
+def test_check_text_env_reports_a_broken_reward_as_an_assertion():
     env = LookupEnv(rubric=Rubric([RewardTerm("bad", lambda t: float("nan"))]))
-    with pytest.raises(RewardError, match="finite"):
+    with pytest.raises(AssertionError, match=r"broke its contract .* 'bad' returned nan, not a finite number"):
         check_text_env(env, skip_gymnasium_checker=True)
 
 

@@ -1,0 +1,96 @@
+"""QA envs: retrieval noise is reported, bad arguments fail at construction, the reward range is exact and reached."""
+
+import gymnasium as gym
+import pytest
+
+from agent_gym.envs.qa import MultiHopQAEnv
+
+
+def _search_once(noise: dict, seed: int = 0) -> dict:
+    env = gym.make("AgentR1/HotpotQA-v0", tool_noise={"retrieval": noise})
+    env.reset(seed=seed, options={"task_index": 0})
+    question = env.unwrapped.state.task.question  # matches several of the question's 10 paragraphs
+    return env.step(env.unwrapped.parser.format_call("search", {"query": question}))[4]
+
+
+@pytest.mark.parametrize(
+    ("noise", "events"),
+    [
+        ({"drop_prob": 1.0}, ["drop"]),
+        ({"shuffle_prob": 1.0}, ["shuffle"]),
+        ({"distractor_prob": 1.0}, ["distractor", "distractor", "distractor"]),
+        ({}, []),
+    ],
+)
+def test_retrieval_noise_is_recorded_in_info(noise, events):
+    info = _search_once(noise)
+    assert info["noise_events"] == events
+    if events == ["drop"]:
+        assert info["tool_calls"][0]["content"].startswith("No results found") and info["new_evidence"] == []
+
+
+def test_recorded_retrieval_noise_replays_under_a_seed():
+    noise = {"drop_prob": 0.3, "shuffle_prob": 0.5, "distractor_prob": 0.3}
+    runs = {seed: [_search_once(noise, seed)["noise_events"] for _ in range(2)] for seed in range(8)}
+    assert all(a == b for a, b in runs.values())
+    assert len({tuple(a) for a, _ in runs.values()}) > 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"top_k": 0}, "top_k must be a positive int"),
+        ({"top_k": -1}, "top_k must be a positive int"),
+        ({"top_k": True}, "top_k must be a positive int"),
+        ({"top_k": 2.5}, "top_k must be a positive int"),
+        ({"max_passage_chars": 0}, "max_passage_chars must be a positive int"),
+        ({"max_result_length": -5}, "max_result_length must be a positive int"),
+        ({"max_observation_length": 0}, "max_observation_length must be a positive int"),
+        ({"retriever": "bm26"}, r"retriever must be one of \['bm25', 'lucene', 'dense', 'remote'\]"),
+        ({"reward": "bogus"}, "reward must be one of"),
+        ({"answer_metric": "bleu"}, "answer_metric must be one of"),
+        ({"action_format": "json"}, "action_format must be one of"),
+        ({"shaping_gamma": 2.0}, "shaping_gamma must lie in"),
+    ],
+)
+def test_bad_arguments_fail_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MultiHopQAEnv(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        gym.make("AgentR1/HotpotQA-v0", **kwargs)
+
+
+def test_numpy_task_index_through_gym_make():
+    np = pytest.importorskip("numpy")
+    env = gym.make("AgentR1/MuSiQue-v0")
+    _, info = env.reset(seed=0, options={"task_index": np.int64(3)})
+    assert info["task_index"] == 3
+
+
+@pytest.mark.parametrize("env_id", ["AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/MuSiQue-v0"])
+def test_reward_range_is_exact_and_both_ends_are_reached(env_id):
+    env = gym.make(env_id, max_episode_steps=20)
+    assert env.unwrapped.reward_range == pytest.approx((-0.16, 1.0))
+    env.reset(seed=0, options={"task_index": 1})
+    call = env.unwrapped.oracle_action()
+    env.step(call)
+    _, reward, *_ = env.step(call + "<tool_call>{oops</tool_call>")  # malformed + a repeated call
+    assert reward == pytest.approx(-0.1 - 0.05 - 0.01)
+    rewards = []
+    while True:
+        _, reward, terminated, truncated, _ = env.step(env.unwrapped.oracle_action())
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    assert terminated and rewards[-1] == 1.0  # the oracle's exact answer
+    assert max(rewards[:-1], default=0.0) <= 0.2 - 0.01 + 1e-12  # a non-final step earns at most evidence - cost
+
+
+def test_the_readme_example_of_refused_calls():
+    env = gym.make("AgentR1/HotpotQA-v0")
+    env.reset(seed=0, options={"task_index": 0})
+    call = env.unwrapped.parser.format_call("search", {"query": "Odile Marchetti"})
+    broken = "<tool_call>{oops</tool_call>"
+    _, _, _, _, info = env.step(call + broken + call + broken + call)
+    assert "Ran tool call(s) 1, 3 of 5 (search, search); refused 2, 4-5." in info["new_messages"][-1]["content"]
+    assert len(info["tool_calls"]) == 2 and info["new_evidence"]  # the calls that ran found evidence

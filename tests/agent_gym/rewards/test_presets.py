@@ -1,0 +1,139 @@
+"""Reward presets: default weights (as the README states them), exact reward ranges, shaping at γ < 1."""
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_gym.rewards import make_rubric
+from tests.conftest import LookupEnv
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def test_default_process_weights_and_bounds():
+    assert make_rubric("process", shaping_gamma=1.0).describe() == [
+        {"name": "format", "weight": 0.1, "bounds": [-1, 0], "final_bounds": [0, 0], "nonfinal_bounds": [-1, 0]},
+        {"name": "evidence", "weight": 0.2, "bounds": [0, 1], "final_bounds": [0, 0], "nonfinal_bounds": [0, 1]},
+        {"name": "repeat", "weight": 0.05, "bounds": [-1, 0], "final_bounds": [0, 0], "nonfinal_bounds": [-1, 0]},
+        {"name": "step_cost", "weight": 0.01, "bounds": [-1, 0], "final_bounds": [0, 0], "nonfinal_bounds": [-1, -1]},
+        {"name": "answer", "weight": 1.0, "bounds": [0, 1], "final_bounds": [0, 1], "nonfinal_bounds": [0, 0]},
+        {"name": "shaping", "weight": 0.2, "bounds": [0, 1], "final_bounds": [0, 0], "nonfinal_bounds": [0, 1]},
+    ]
+    (outcome,) = make_rubric("outcome").describe()
+    assert outcome == {
+        "name": "outcome",
+        "weight": 1.0,
+        "bounds": [-1, 1],
+        "final_bounds": [-1, 1],
+        "nonfinal_bounds": [0, 0],
+    }
+
+
+def test_readme_weight_table_matches_the_defaults():
+    rows = re.findall(r"^\| `(\w+)`[^|]* \| [^|]+ \| ([\d.]+) \|$", README.read_text(), flags=re.MULTILINE)
+    documented = {name: float(weight) for name, weight in rows}
+    actual = {t.name: t.weight for t in make_rubric("process", shaping_gamma=1.0).terms}
+    assert documented == actual
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({}, (-0.1 - 0.05 - 0.01, 1.0)),  # malformed + repeated call; a correct answer
+        ({"shaping_gamma": 1.0}, (-0.16, 1.0)),
+        ({"shaping_gamma": 0.9}, (-0.16 + 0.2 * (0.9 - 1), 1.0)),  # (-0.18, 1.0)
+        ({"shaping_gamma": 0.5}, (-0.26, 1.0)),
+        ({"weights": {"answer": 2.0}}, (-0.16, 2.0)),
+        ({"weights": {"evidence": 10.0}}, (-0.16, 10.0 - 0.01)),  # a non-final step now pays most
+        ({"weights": {"step_cost": 0.0, "format": 0.0, "repeat": 0.0}}, (0.0, 1.0)),
+    ],
+)
+def test_process_reward_range_is_exact(kwargs, expected):
+    assert make_rubric("process", **kwargs).reward_range == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [({}, (-1.0, 1.0)), ({"shaping_gamma": 0.5}, (-1.0 - 0.1, 1.0)), ({"shaping_gamma": 1.0}, (-1.0, 1.0))],
+)
+def test_outcome_reward_range(kwargs, expected):
+    assert make_rubric("outcome", **kwargs).reward_range == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"preset": "bogus"}, r"reward must be one of \['outcome', 'process'\]"),
+        ({"answer_metric": "bleu"}, r"answer_metric must be one of \['em', 'f1'\]"),
+        ({"shaping_gamma": 0.0}, r"shaping_gamma must lie in \(0, 1\]"),
+        ({"shaping_gamma": 1.5}, r"shaping_gamma must lie in \(0, 1\]"),
+        ({"shaping_gamma": "0.9"}, "shaping_gamma must be a number"),
+    ],
+)
+def test_bad_preset_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_rubric(**kwargs)
+
+
+def _env(gamma: float) -> LookupEnv:
+    return LookupEnv(rubric=make_rubric("process", answer_metric="em", shaping_gamma=gamma))
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9, 0.5])
+def test_both_ends_of_reward_range_are_reached(gamma):
+    env = _env(gamma)
+    low, high = env.reward_range
+    env.reset(seed=0, options={"task_index": 1})
+    call = env.oracle_action()
+    env.step(call)  # all evidence found: Φ = 1 from now on
+    _, reward, *_ = env.step(call + "<tool_call>{oops</tool_call>")  # malformed, repeats a call, finds nothing
+    assert reward == pytest.approx(low) == pytest.approx(-0.16 + 0.2 * (gamma - 1))
+    env.reset(seed=0, options={"task_index": 1})
+    _, reward, *_ = env.step("<answer>Tokyo</answer>")  # correct at once, Φ = 0
+    assert reward == pytest.approx(high) == pytest.approx(1.0)
+
+
+def test_shaping_at_gamma_one_half_by_hand():
+    env = _env(0.5)
+    env.reset(seed=0, options={"task_index": 2})
+    shaping = []
+    for action in [env.oracle_action(), "junk", None]:
+        info = env.step(action or env.oracle_action())[4]
+        shaping.append(info["reward_raw"]["shaping"])
+    # Φ: 0 -> 1 (lookup), 1 -> 1 (junk), 1 -> 1 (answer); F = γΦ' - Φ
+    assert shaping == pytest.approx([0.5 * 1 - 0, 0.5 * 1 - 1, 0.5 * 1 - 1])
+    assert info["reward_terms"]["shaping"] == pytest.approx(0.2 * -0.5)
+
+
+@given(st.integers(0, 2**16), st.sampled_from([0.3, 0.5, 0.9, 0.99]))
+def test_discounted_shaping_telescopes(seed, gamma):
+    """Σ_t γ^t F_t = γ^T Φ(s_T) - Φ(s_0) over any episode (Ng, Harada & Russell 1999)."""
+    env = LookupEnv(
+        rubric=make_rubric("process", answer_metric="em", shaping_gamma=gamma), tool_noise={"failure_prob": 0.4}
+    )
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    total, phi0, steps = 0.0, env.state.potential, 0
+    for t in range(6):
+        action = env.oracle_action() if rng.random() < 0.7 else "junk"
+        _, _, term, _, info = env.step(action)
+        total += gamma**t * info["reward_raw"]["shaping"]
+        steps = t + 1
+        if term:
+            break
+    assert math.isclose(total, gamma**steps * env.state.potential - phi0, abs_tol=1e-9)
+
+
+def test_outcome_preset_by_hand():
+    env = LookupEnv(rubric=make_rubric("outcome", answer_metric="em"))
+    env.reset(seed=0, options={"task_index": 0})
+    rewards = [env.step(a)[1] for a in ["junk", env.oracle_action()]]
+    rewards.append(env.step(env.oracle_action())[1])
+    assert rewards == pytest.approx([0.0, 0.0, (1 - 1 / 3) - 1])  # one malformed action in three
+    env.reset(seed=0, options={"task_index": 0})
+    assert env.step("<answer>Paris</answer>")[1] == 1.0
