@@ -142,13 +142,13 @@ def parse_args() -> Args:
 
 _CHILD = r"""
 import importlib.util, json, sys, time
-path, task_index, query = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, database, query = sys.argv[1], sys.argv[2], sys.argv[3]
 spec = importlib.util.spec_from_file_location("sql_under_test", path)
 module = importlib.util.module_from_spec(spec)
 sys.modules["sql_under_test"] = module
 spec.loader.exec_module(module)
-from agent_gym.envs.sqlite import generate_sql_task
-tool = module.SqlTool(module.SqlDatabase.from_bytes(generate_sql_task(task_index).database))
+with open(database, "rb") as f:  # made by the parent: importing the current env here would set its heap limit
+    tool = module.SqlTool(module.SqlDatabase.from_bytes(f.read()))
 tool.call({"query": "SELECT 1"})
 def field(path, key):
     for line in open(path):
@@ -167,11 +167,11 @@ print(json.dumps({"seconds": seconds, "rss_mb": peak / 1024, "disk_mb": written 
 """
 
 
-def run_query(module_path: Path, query: str, args: Args) -> dict:
+def run_query(module_path: Path, database: Path, query: str, args: Args) -> dict:
     """One query in a fresh subprocess; ``{"seconds": inf, "killed": True}`` past the time-out."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, SQLITE_TMPDIR=tmp, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-c", _CHILD, str(module_path), str(args.task_index), query]
+        cmd = [sys.executable, "-c", _CHILD, str(module_path), str(database), query]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, env=env, check=True)
         except subprocess.TimeoutExpired:
@@ -214,9 +214,14 @@ def main() -> None:
         ).stdout  # fmt: skip
         reference = Path(tempfile.mkdtemp()) / "sql_reference.py"
         reference.write_text(source)
+    from agent_gym.envs.sqlite import generate_sql_task
+
+    database = Path(tempfile.mkdtemp()) / "task.sqlite"
+    database.write_bytes(generate_sql_task(args.task_index).database)
     rows = []
     for name, query, _ in tqdm(cases, desc="hostile queries", unit="query"):
-        rows.append((name, run_query(current, query, args), reference and run_query(reference, query, args)))
+        now = run_query(current, database, query, args)
+        rows.append((name, now, reference and run_query(reference, database, query, args)))
     title = f"reference ({args.reference_rev})" if reference else "reference"
     columns = f"{'s':>9s} {'RSS MB':>8s} {'disk MB':>8s}"
     print(f"\n{'query':26s} {columns} | {columns}  ({title} on the right)")

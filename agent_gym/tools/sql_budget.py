@@ -90,11 +90,11 @@ class Budget:
         return 0
 
     def charge(self, units: int) -> None:
-        """Add ``units``; raise :class:`BudgetExceeded` (before the work is done) past the limit."""
-        self.used += units
-        if self.used > self.limit:
+        """Add ``units``, or raise :class:`BudgetExceeded` (before the work is done) if they would pass the limit."""
+        if self.used + units > self.limit:
             self.stopped = self._exceeded()
             raise BudgetExceeded(self.stopped)
+        self.used += units
 
 
 def _size(value: Any) -> int:
