@@ -321,6 +321,10 @@ class CalculatorTool(Tool):
         super().__init__()
         self.limits = limits or CalculatorLimits()
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # rebuilt from its limits: the base class's schema validator holds closures that do not pickle
+        return (type(self), (self.limits,))
+
     def run(self, ctx: ToolContext, expression: str) -> ToolResult:
         try:
             value = evaluate(expression, self.limits)

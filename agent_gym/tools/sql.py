@@ -233,6 +233,43 @@ def _open(data: bytes, limits: SqlLimits) -> sqlite3.Connection:
     return conn
 
 
+class _QueryLog:
+    """What the authorizer and the guards saw during one query."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.tables: set[str] = set()
+        self.denied: list[str] = []
+        self.guard_error = ""
+
+    def on_guard_error(self, message: str) -> None:
+        self.guard_error = message
+
+    def authorize(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_READ:
+            if arg1:
+                self.tables.add(arg1.lower())
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION:
+            name = (arg2 or "").lower()
+            if name in DENIED_FUNCTIONS:
+                self.denied.append(f"function {name}() ({DENIED_FUNCTIONS[name]})")
+                return sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _ALLOWED_PRAGMAS:
+            return sqlite3.SQLITE_OK
+        writes = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
+        if action in writes and (arg1 or "").lower().startswith("sqlite_"):
+            self.denied.append("schema change (create/drop/alter)")  # DDL first edits the schema table
+        else:
+            self.denied.append(_ACTION_NAMES.get(action, f"action {action}"))
+        return sqlite3.SQLITE_DENY
+
+
 class SqlDatabase:
     """A hardened, read-only in-memory SQLite database.
 
@@ -245,13 +282,13 @@ class SqlDatabase:
         self.limits = limits or SqlLimits()
         self._data = bytes(data)
         self._budget = Budget(self.limits.max_steps, _PROGRESS_PERIOD, self.limits.max_seconds)
-        self._tables: set[str] = set()
-        self._denied: list[str] = []
-        self._guard_error = ""
+        self._log = _QueryLog()
         self._helper = _open(b"", self.limits)  # computes the results of the guarded built-ins
         conn = _open(self._data, self.limits)
-        install_guards(conn, self._helper, self._budget, self._on_guard_error)
-        conn.set_authorizer(self._authorize)
+        # the callbacks hold only the budget and the log, never this object: no reference cycle keeps a
+        # dropped database (and its SQLite memory, counted against the heap limit) alive until a GC pass
+        install_guards(conn, self._helper, self._budget, self._log.on_guard_error)
+        conn.set_authorizer(self._log.authorize)
         conn.set_progress_handler(self._budget.on_progress, _PROGRESS_PERIOD)
         self._conn = conn
 
@@ -276,31 +313,6 @@ class SqlDatabase:
         """The database's bytes (to check that nothing changed it)."""
         return self._conn.serialize()
 
-    def _on_guard_error(self, message: str) -> None:
-        self._guard_error = message
-
-    def _authorize(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
-        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_READ:
-            if arg1:
-                self._tables.add(arg1.lower())
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_FUNCTION:
-            name = (arg2 or "").lower()
-            if name in DENIED_FUNCTIONS:
-                self._denied.append(f"function {name}() ({DENIED_FUNCTIONS[name]})")
-                return sqlite3.SQLITE_DENY
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _ALLOWED_PRAGMAS:
-            return sqlite3.SQLITE_OK
-        writes = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
-        if action in writes and (arg1 or "").lower().startswith("sqlite_"):
-            self._denied.append("schema change (create/drop/alter)")  # DDL first edits the schema table
-        else:
-            self._denied.append(_ACTION_NAMES.get(action, f"action {action}"))
-        return sqlite3.SQLITE_DENY
-
     def query(self, sql: str) -> QueryResult:
         """Run one read-only statement.
 
@@ -320,7 +332,7 @@ class SqlDatabase:
                 f"the query's common table expressions expand to {copies:,} or more copies "
                 f"(limit {self.limits.max_cte_copies:,}); name each one fewer times"
             )
-        self._tables, self._denied, self._guard_error = set(), [], ""
+        self._log.reset()
         self._budget.start()
         cursor = self._conn.cursor()
         try:
@@ -336,18 +348,18 @@ class SqlDatabase:
             cursor.close()
         columns = tuple(d[0] for d in cursor.description or ())
         truncated = len(rows) > self.limits.max_rows
-        return QueryResult(columns, rows[: self.limits.max_rows], truncated, frozenset(self._tables))
+        return QueryResult(columns, rows[: self.limits.max_rows], truncated, frozenset(self._log.tables))
 
     def _explain(self, exc: BaseException, one_statement: bool = False) -> str:
         if one_statement:
             return "only one SQL statement per call is allowed"
         if self._budget.stopped:
             return self._budget.stopped
-        if self._guard_error:
-            return self._guard_error
-        if self._denied:
-            denied = ", ".join(dict.fromkeys(self._denied))
-            if any(d.startswith("function ") for d in self._denied):
+        if self._log.guard_error:
+            return self._log.guard_error
+        if self._log.denied:
+            denied = ", ".join(dict.fromkeys(self._log.denied))
+            if any(d.startswith("function ") for d in self._log.denied):
                 return f"not allowed: {denied}"
             return f"not allowed: {denied} (this database is read-only; use a single SELECT)"
         text = str(exc)
@@ -433,6 +445,10 @@ class SqlTool(Tool):
     def __init__(self, database: SqlDatabase):
         super().__init__()
         self.database = database
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its database: the base class's schema validator holds closures that do not pickle
+        return (type(self), (self.database,))
 
     def run(self, ctx: ToolContext, query: str) -> ToolResult:
         try:

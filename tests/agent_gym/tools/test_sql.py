@@ -1,8 +1,10 @@
+import gc
 import importlib.util
 import os
 import pickle
 import sqlite3
 import sys
+import weakref
 from copy import deepcopy
 from pathlib import Path
 
@@ -388,3 +390,17 @@ def test_pickled_and_deep_copied_databases_answer_alike(db):
         assert copy.query("SELECT SUM(quantity) FROM orders").rows == db.query("SELECT SUM(quantity) FROM orders").rows
         with pytest.raises(SqlError, match="function random"):
             copy.query("SELECT random()")
+
+
+def test_a_dropped_database_is_freed_at_once_not_by_a_gc_pass():
+    # a reference cycle (connection -> callback -> database -> connection) would keep each dropped database's
+    # SQLite memory until the cyclic GC ran, and thousands of generated tasks would then hit the heap limit
+    gc.disable()
+    try:
+        db = SqlDatabase.from_connection(_source())
+        db.query("SELECT hex(zeroblob(10)) LIKE '%0', date('2000-01-01'), COUNT(*) FROM orders")
+        ref = weakref.ref(db)
+        del db
+        assert ref() is None
+    finally:
+        gc.enable()
