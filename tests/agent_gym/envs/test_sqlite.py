@@ -2,6 +2,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import pickle
 import re
 import sqlite3
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from fractions import Fraction
 
 import gymnasium as gym
 import pytest
@@ -156,9 +158,10 @@ def _independent_answer(task) -> list:
         return [sum(link["year"] == int(q["year"]) for *_, link in links)]
     if task.kind == "sum":
         return [sum(link[d.amount] for _, b, link in links if b[q["col"]] == q["value"])]
-    if task.kind == "average":
-        values = [r[d.b_value] for r in rows[d.b] if r[q["col"]] == q["value"]]
-        return [sum(values) / len(values)]
+    if task.kind == "average":  # exact mean, rounded half up to cents ("rounded to 2 decimals")
+        values = [Fraction(str(r[d.b_value])) for r in rows[d.b] if r[q["col"]] == q["value"]]
+        cents = math.floor(sum(values) / len(values) * 100 + Fraction(1, 2))
+        return [float(Fraction(cents, 100))]
     if task.kind == "max":
         return [max(link[d.amount] for a, _, link in links if a[q["col"]] == q["value"])]
     if task.kind == "two_step_top":
@@ -172,11 +175,8 @@ def _independent_answer(task) -> list:
 
 def _check_gold_answer(task) -> None:
     expected = _independent_answer(task)
-    if task.kind == "average":  # SQLite's ROUND(AVG(x), 2): within half a cent of the exact mean
-        assert len(task.answer) == 1 and abs(task.answer[0] - expected[0]) <= 0.005 + 1e-9, (task.id, expected)
-    else:
-        assert sorted(map(str, task.answer)) == sorted(map(str, expected)) and expected, (task.id, expected)
-    written = ", ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in expected)
+    assert sorted(map(str, task.answer)) == sorted(map(str, expected)) and expected, (task.id, expected)
+    written = ", ".join(map(str, expected))
     assert score_sql_answer(written, task.answer)["em"] == 1.0, (task.id, written)
 
 
@@ -338,3 +338,8 @@ def test_copies_continue_exactly_like_the_original(how, when):
             break
     assert out[2] and out[4]["metrics"]["answer_em"] == 1.0
     assert clone.unwrapped.tools["sql"].database is not env.unwrapped.tools["sql"].database
+
+
+def test_averages_round_half_up_like_the_question_says():
+    task = generate_sql_task(123)  # the kitchen prices average exactly 37.365
+    assert task.kind == "average" and task.answer == (37.37,) and _independent_answer(task) == [37.37]
