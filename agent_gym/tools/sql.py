@@ -309,6 +309,14 @@ class SqlDatabase:
     def __deepcopy__(self, memo: dict[int, Any]) -> SqlDatabase:
         return type(self)(self._data, self.limits)
 
+    @property
+    def last_query_cost(self) -> int:
+        """Work units the last query used: VM steps (counted per 1,000) plus string-function charges.
+
+        Deterministic: the same query on the same database always costs the same.
+        """
+        return self._budget.used
+
     def snapshot(self) -> bytes:
         """The database's bytes (to check that nothing changed it)."""
         return self._conn.serialize()

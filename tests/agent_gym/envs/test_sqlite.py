@@ -264,7 +264,7 @@ def _replay() -> list:
     steps = [obs]
     for query in _REPLAY:
         obs, reward, terminated, truncated, info = env.step(env.unwrapped.parser.format_call("sql", {"query": query}))
-        used = env.unwrapped.tools["sql"].database._budget.used
+        used = env.unwrapped.tools["sql"].database.last_query_cost
         steps.append((obs, reward, terminated, truncated, info["reward_terms"], info["tool_calls"], used))
     return steps
 

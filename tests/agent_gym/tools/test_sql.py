@@ -254,13 +254,13 @@ def test_literal_dates_keep_their_exact_values(db):
 def test_string_function_charges_match_the_formula():
     db = SqlDatabase.from_connection(_source())
     db.query("SELECT like('%b', hex(zeroblob(499)))")  # pattern 2 bytes, text 998 bytes
-    assert db._budget.used == 599  # CALL_COST + 2 * 998 // 4; the query itself runs < 1,000 VM steps
+    assert db.last_query_cost == 599  # CALL_COST + 2 * 998 // 4; the query itself runs < 1,000 VM steps
     db.query("SELECT trim(hex(zeroblob(50)), 'xyz')")  # 100 bytes x 3 characters
-    assert db._budget.used == CALL_COST + 100 * 3 // 2
+    assert db.last_query_cost == CALL_COST + 100 * 3 // 2
     db.query("SELECT instr(hex(zeroblob(400)), hex(zeroblob(32)))")  # 800 x 64 bytes
-    assert db._budget.used == CALL_COST + 800 * 64 // 32
+    assert db.last_query_cost == CALL_COST + 800 * 64 // 32
     db.query("SELECT 'abc' GLOB 'a*', replace('aaa', 'a', 'b')")
-    assert db._budget.used == 2 * CALL_COST + (2 * 3) // 4 + (3 * 1) // 32
+    assert db.last_query_cost == 2 * CALL_COST + (2 * 3) // 4 + (3 * 1) // 32
 
 
 def test_one_costly_call_is_refused_before_it_runs():
@@ -279,7 +279,7 @@ def test_the_budget_is_a_count_not_a_clock():
     for _ in range(3):
         with pytest.raises(SqlError) as caught:
             db.query(query)
-        outcomes.add((str(caught.value), db._budget.used))
+        outcomes.add((str(caught.value), db.last_query_cost))
     assert outcomes == {("the query was stopped after 50,000 units of work (too expensive)", 51_000)}
 
 
@@ -377,7 +377,7 @@ def test_benchmark_hostile_set_ends_within_the_budget(db, name, query, message):
     result = SqlTool(db).call({"query": query})
     assert message in result.content
     assert result.ok == (message == "")
-    assert db._budget.used <= db.limits.max_steps + _PROGRESS_PERIOD
+    assert db.last_query_cost <= db.limits.max_steps + _PROGRESS_PERIOD
     assert db.snapshot() == before
 
 
