@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -95,11 +96,15 @@ def _money(rng: random.Random, low: int, high: int) -> str:
     return f"{rng.randint(low, high)}.{rng.choice(['00', '25', '50', '75', '99', '49'])}"
 
 
+_BILLS = (20, 50, 100, 200, 500)
+
+
 def _shopping(rng: random.Random, s: _Solution) -> str:
     name, (a, b) = rng.choice(_NAMES), rng.sample(_ITEMS, 2)
     n1, n2, p1, p2 = rng.randint(2, 9), rng.randint(2, 9), _money(rng, 1, 12), _money(rng, 1, 12)
     total = s(f"{s(f'{n1} * {p1}')} + {s(f'{n2} * {p2}')}")
-    bill = next(b for b in (20, 50, 100, 200) if b >= float(total))
+    # totals reach 2 * 9 * 12.99 = 233.82: the smallest note that covers it, else whole hundreds
+    bill = next((b for b in _BILLS if b >= float(total)), 100 * math.ceil(float(total) / 100))
     s(f"{bill} - {total}")
     return (
         f"{name} buys {n1} {a} at ${p1} each and {n2} {b} at ${p2} each, paying with a ${bill} bill. How much "
@@ -211,6 +216,8 @@ def generate_arithmetic_task(index: int, task_seed: int = 0) -> ArithmeticTask:
         question = _TEMPLATES[name](rng, solution)
         if all(_is_cents(step.value) for step in solution.steps):
             break
+    else:  # never happens for task_seed 0 (every index is checked by a test); loud rather than a bad task
+        raise RuntimeError(f"no valid {name!r} problem in 100 draws for task {index} (task_seed {task_seed})")
     steps = tuple(solution.steps)
     return ArithmeticTask(f"calc-{task_seed}-{index}", name, question, steps, steps[-1].value)
 

@@ -279,6 +279,8 @@ def generate_sql_task(index: int, task_seed: int = 0) -> SqlTask:
         answer = tuple(dict.fromkeys(row[0] for row in rows))
         if answer and None not in answer:
             break
+    else:  # never happens for task_seed 0 (every index is checked by a test); loud rather than a bad task
+        raise RuntimeError(f"no valid {kind!r} question in 100 draws for task {index} (task_seed {task_seed})")
     schema = "\n".join(r[0] + ";" for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table'"))
     return SqlTask(
         f"sql-{task_seed}-{index}", domain.name, kind, question, tuple(queries), answer, frozenset(tables), schema,
@@ -364,7 +366,8 @@ class SqliteEnv(ProceduralEnv[SqlTask]):
         self.limits = limits if isinstance(limits, SqlLimits) else SqlLimits(**dict(limits or {}))
 
     def process_terms(self) -> Sequence[RewardTerm]:
-        return [RewardTerm("valid_query", valid_query, 0.02, (-1.0, 1.0))]
+        # an answer step runs no SQL, so the term is 0 there
+        return [RewardTerm("valid_query", valid_query, 0.02, (-1.0, 1.0), final_bounds=(0.0, 0.0))]
 
     def load_task(self, index: int) -> SqlTask:
         return _cached_task(index, self.task_seed)

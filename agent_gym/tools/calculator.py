@@ -120,13 +120,21 @@ def _round(x: Fraction, digits: Fraction = Fraction(0)) -> Fraction:
     return Fraction(round(x, int(digits)))
 
 
+def _smallest(*values: Fraction) -> Fraction:
+    return min(values)  # the builtin's one-argument form would iterate its argument: min(5) raises
+
+
+def _largest(*values: Fraction) -> Fraction:
+    return max(values)
+
+
 _FUNCTIONS: dict[str, tuple[Callable[..., Fraction], int, int]] = {
     # name: (function, min args, max args)
     "abs": (abs, 1, 1),
     "sqrt": (_sqrt, 1, 1),
     "round": (_round, 1, 2),
-    "min": (min, 1, 10),
-    "max": (max, 1, 10),
+    "min": (_smallest, 1, 10),
+    "max": (_largest, 1, 10),
 }
 
 
@@ -172,7 +180,8 @@ def _call(node: ast.Call, limits: CalculatorLimits, depth: int) -> Fraction:
         raise CalculatorError(f"only these functions may be called, by name: {', '.join(sorted(_FUNCTIONS))}")
     fn, low, high = _FUNCTIONS[node.func.id]
     if not low <= len(node.args) <= high:
-        raise CalculatorError(f"{node.func.id}() takes {low} to {high} arguments (got {len(node.args)})")
+        takes = f"{low} argument" if low == high == 1 else f"{low} to {high} arguments"
+        raise CalculatorError(f"{node.func.id}() takes {takes} (got {len(node.args)})")
     args = [_eval(a, limits, depth + 1) for a in node.args]
     return _check_size(fn(*args), limits)
 
@@ -311,6 +320,10 @@ class CalculatorTool(Tool):
     def __init__(self, limits: CalculatorLimits | None = None):
         super().__init__()
         self.limits = limits or CalculatorLimits()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # rebuilt from its limits: the base class's schema validator holds closures that do not pickle
+        return (type(self), (self.limits,))
 
     def run(self, ctx: ToolContext, expression: str) -> ToolResult:
         try:

@@ -12,9 +12,6 @@ import agent_gym
 from agent_gym.testing import check_copies
 
 IDS = [env_id for env_id, _ in agent_gym.list_envs()]
-SQLITE_COPY = pytest.mark.xfail(
-    strict=True, reason="SQLite tools hold an sqlite3.Connection mid-episode; fixed on branch rel-tools"
-)
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -39,7 +36,7 @@ def test_pickle_and_deepcopy_before_reset(env_id):
         assert data_equivalence(clone.reset(seed=2), env.reset(seed=2))
 
 
-@pytest.mark.parametrize("env_id", [pytest.param(i, marks=SQLITE_COPY) if i == "AgentR1/SQLite-v0" else i for i in IDS])
+@pytest.mark.parametrize("env_id", IDS)
 @pytest.mark.parametrize("tool_noise", [None, {"failure_prob": 0.3, "retrieval": {"drop_prob": 0.3}}])
 def test_copies_mid_episode_continue_like_the_original(env_id, tool_noise):
     check_copies(gym.make(env_id, tool_noise=tool_noise), seed=4)

@@ -1,3 +1,4 @@
+import re
 from fractions import Fraction
 
 import pytest
@@ -178,3 +179,80 @@ def test_any_text_gives_a_value_or_a_calculator_error(text):
 def test_terminating_decimals_round_trip(numerator, twos, fives):
     value = Fraction(numerator, 2**twos * 5**fives)
     assert parse_number(format_number(value)) == value
+
+
+# ---------------------------------------------------------------- every function at every arity (issue 10 point 11)
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("min(5)", Fraction(5)),
+        ("max(-3)", Fraction(-3)),
+        ("min(3, 1/2, 2)", Fraction(1, 2)),
+        ("max(" + ", ".join(map(str, range(10))) + ")", Fraction(9)),
+        ("abs(-2.5)", Fraction(5, 2)),
+        ("round(7.5)", Fraction(8)),
+        ("round(-2.5)", Fraction(-2)),  # half to even, as Python rounds
+        ("round(1234.5678, -2)", Fraction(1200)),
+        ("sqrt(0)", Fraction(0)),
+    ],
+)
+def test_each_function_at_its_arities(expression, expected):
+    assert evaluate(expression) == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("min()", "min() takes 1 to 10 arguments (got 0)"),
+        ("max(" + ", ".join(["1"] * 11) + ")", "max() takes 1 to 10 arguments (got 11)"),
+        ("abs()", "abs() takes 1 argument (got 0)"),
+        ("abs(1, 2)", "abs() takes 1 argument (got 2)"),
+        ("sqrt(4, 9)", "sqrt() takes 1 argument (got 2)"),
+        ("round()", "round() takes 1 to 2 arguments (got 0)"),
+        ("round(1, 2, 3)", "round() takes 1 to 2 arguments (got 3)"),
+        ("round(1, 0.5)", "whole number of digits"),
+        ("round(1, 21)", "whole number of digits"),
+        ("min(x=1)", "only these functions"),
+        ("min(*[1])", "not allowed"),
+        ("sqrt(2 ** 1023 * 2 ** 1023)", "too large"),
+        ("0 ** -0.5", "cannot evaluate"),
+    ],
+)
+def test_wrong_arities_and_types_are_refused_with_a_reason(expression, message):
+    with pytest.raises(CalculatorError, match=re.escape(message)):
+        evaluate(expression)
+
+
+_NAMES = st.sampled_from(["abs", "min", "max", "round", "sqrt", "pow", "x", "__import__"])
+_ATOMS = st.one_of(
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["0", "0.0", "-0.5", "1e308", "1e-320", "2**1023", "(1/3)", "9" * 40, "True", "'a'", "[1]"]),
+)
+
+
+def _expressions():
+    return st.recursive(
+        _ATOMS,
+        lambda inner: st.one_of(
+            st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "^", "<<", "<"]), inner).map(
+                lambda t: f"({t[0]} {t[1]} {t[2]})"
+            ),
+            st.tuples(_NAMES, st.lists(inner, max_size=12)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
+            inner.map(lambda e: f"-{e}"),
+        ),
+        max_leaves=12,
+    )
+
+
+@given(_expressions() | st.text(max_size=80))
+def test_fuzzed_calls_give_a_tool_result_never_an_exception(expression):
+    try:
+        value = evaluate(expression)
+    except CalculatorError as exc:
+        assert str(exc)
+    else:
+        assert isinstance(value, Fraction)
+    result = CalculatorTool().call({"expression": expression})
+    assert result.metadata.get("reason") != "exception", result.content
+    assert result.ok or result.content.startswith("Error: ")
