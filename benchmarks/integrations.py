@@ -40,7 +40,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import httpx
@@ -289,30 +288,9 @@ def retrieval_server_process(qa_data: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/retrieve"
 
 
-def _queries_session() -> Any:
-    """A ``requests`` session that sends SkyRL's ``{"query": q}`` as Search-R1's ``{"queries": [q]}``.
-
-    SkyRL-gym 0.4's ``SearchEnv`` posts one ``query`` string; Search-R1's
-    ``/retrieve`` (and ``agent_gym.retrieval.server``) takes a ``queries`` list and
-    answers 422 otherwise. Renaming the field client-side keeps both envs on the
-    same server with the same HTTP cost (one request per search).
-    """
-    import requests
-
-    class QueriesSession(requests.Session):
-        def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-            body = kwargs.get("json")
-            if isinstance(body, dict) and "query" in body:
-                kwargs["json"] = {**{k: v for k, v in body.items() if k != "query"}, "queries": [body["query"]]}
-            return super().request(method, url, **kwargs)
-
-    return QueriesSession()
-
-
 def peer_comparison(args: Args) -> None:
     """SkyRL-gym's own SearchEnv vs our HotpotQA env: the same search/answer actions, one /retrieve server."""
     from skyrl_gym.envs.search.env import SearchEnv, SearchEnvConfig
-    from skyrl_gym.tools.search import SearchToolGroup
 
     data = args.peer_data or str(SHARED_HOTPOTQA)
     if not Path(data).is_file():
@@ -320,7 +298,7 @@ def peer_comparison(args: Args) -> None:
         return
     with contextlib.ExitStack() as stack:
         url = args.retrieval_url or stack.enter_context(retrieval_server_process(data))
-        SearchToolGroup._session_pool[url.rsplit("/", 1)[0]] = _queries_session()  # SkyRL's shared-session pool
+        # SkyRL-gym's SearchEnv posts {"query": q}; the server takes that form as well as Search-R1's "queries"
         ours = gym.make("AgentR1/HotpotQA-v0", data_path=data, corpus="pooled", retriever="remote",
                         retriever_url=url, action_format="tags", top_k=3)  # fmt: skip
         episodes = []

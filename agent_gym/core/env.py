@@ -443,7 +443,8 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         metrics = {f"answer_{k}": float(v) for k, v in state.answer_scores.items()}
         metrics["turns"] = float(state.turn)
         metrics["malformed_actions"] = float(state.malformed)
-        metrics["evidence_recall"] = state.potential if state.evidence else 0.0
+        if state.evidence:  # a task without gold evidence (e.g. question-only data) has no recall: absent, not 0
+            metrics["evidence_recall"] = state.potential
         return metrics
 
     def _info(self, state: EpisodeState[TaskT], new_from: int) -> dict[str, Any]:

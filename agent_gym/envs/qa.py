@@ -364,7 +364,8 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         last = messages[-1]
         if last.role is Role.TOOL and not last.ok:
             failed = next(m for m in reversed(messages) if m.role is Role.ASSISTANT).tool_calls[-1]
-            return self.parser.format_call(failed.name, failed.arguments)
+            if _oracle_shaped(failed):  # a call the oracle writes can only fail transiently (noise): retry
+                return self.parser.format_call(failed.name, failed.arguments)
         for item in self._ordered_evidence(state.task):
             if item in state.found:
                 continue
@@ -401,3 +402,13 @@ class MultiHopQAEnv(ToolEnv[QATask]):
             if item in keys:
                 return query
         return None
+
+
+def _oracle_shaped(call: ToolCall) -> bool:
+    """A well-formed ``search(query=...)`` call, the only kind the oracle writes.
+
+    Another failed call (an unknown tool, bad arguments - e.g. written by a
+    policy the oracle takes over from) would fail again if repeated.
+    """
+    query = call.arguments.get("query")
+    return call.name == "search" and set(call.arguments) == {"query"} and isinstance(query, str) and bool(query.strip())

@@ -169,6 +169,10 @@ def _check_request(request: Any, config: ServerConfig) -> int:
     """Apply the limits; the ``topk`` to use. Raises ``HTTPException(422)`` with a message."""
     from fastapi import HTTPException
 
+    if request.query is not None:
+        if request.queries is not None:
+            raise HTTPException(422, "give either queries (a list) or query (one string), not both")
+        request.queries = [request.query]
     if not request.queries:
         raise HTTPException(422, "queries must hold at least one query")
     if len(request.queries) > config.max_queries:
@@ -202,9 +206,14 @@ def create_app(retriever: Retriever, config: ServerConfig | None = None, *, back
 
     # (this module has no `from __future__ import annotations`: FastAPI reads these annotations at runtime)
     class RetrieveRequest(BaseModel):
-        """Search-R1's request (unknown fields ignored, as Search-R1's own server does)."""
+        """Search-R1's request (unknown fields ignored, as Search-R1's own server does).
 
-        queries: list[StrictStr]
+        ``query`` (one string) is SkyRL-gym's single-query form of the same
+        request (its ``SearchEnv`` sends it); give ``queries`` or ``query``.
+        """
+
+        queries: list[StrictStr] | None = None
+        query: StrictStr | None = None
         topk: StrictInt | None = None
         return_scores: StrictBool = False
         allowed_ids: list[StrictStr] | None = None

@@ -43,6 +43,7 @@ def test_question_only_data_with_a_corpus_file_scores_answers_without_evidence(o
     assert info["evidence_total"] == 0 and info["reward_terms"]["evidence"] == 0.0  # no gold paragraphs: term off
     _, reward, terminated, _, info = env.step("<answer>Lima</answer>")
     assert terminated and info["metrics"]["answer_em"] == 1.0 and info["metrics"]["answer_f1"] == 1.0
+    assert "evidence_recall" not in info["metrics"]  # no gold evidence: recall is absent, not 0.0
     assert reward > 0
     # the oracle (no evidence to fetch) answers at once and is right on every question, aliases included
     for i in range(3):

@@ -94,3 +94,18 @@ def test_the_readme_example_of_refused_calls():
     _, _, _, _, info = env.step(call + broken + call + broken + call)
     assert "Ran tool call(s) 1, 3 of 5 (search, search); refused 2, 4-5." in info["new_messages"][-1]["content"]
     assert len(info["tool_calls"]) == 2 and info["new_evidence"]  # the calls that ran found evidence
+
+
+def test_oracle_takes_over_after_a_failed_foreign_call_instead_of_repeating_it():
+    # The oracle retries only a failed call of its own shape (a transient noise failure);
+    # a failed unknown-tool or bad-argument call written by someone else would fail forever.
+    env = gym.make("AgentR1/HotpotQA-v0", max_episode_steps=6)
+    env.reset(seed=0, options={"task_index": 0})
+    for foreign in ('{"name": "lookup", "arguments": {"title": "x"}}', '{"name": "search", "arguments": {"query": 3}}'):
+        env.step(f"<tool_call>{foreign}</tool_call>")
+        assert env.unwrapped.oracle_action() != f"<tool_call>\n{foreign}\n</tool_call>"
+    terminated = False
+    while not terminated:
+        _, _, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+        assert not truncated
+    assert info["metrics"]["answer_em"] == 1.0

@@ -64,6 +64,9 @@ def test_search_r1_response_shape_with_and_without_scores(url: str) -> None:
     assert got["result"][0][0]["document"]["contents"] == '"Paris"\nParis is the capital of France.'
     bare = httpx.post(url, json={**body, "return_scores": False}).json()
     assert bare == {"result": [[hit["document"] for hit in hits] for hits in expected]}
+    # SkyRL-gym's SearchEnv sends one query as {"query": q}: the same answer as a one-query list
+    single = httpx.post(url, json={"query": "rivers", "topk": 2, "return_scores": True}).json()
+    assert single == {"result": [expected[1]]}
     # topk omitted or null -> default_topk (2), as Search-R1's server falls back to its configured topk
     assert [len(x) for x in httpx.post(url, json={"queries": ["capital"], "topk": None}).json()["result"]] == [2]
 
@@ -80,7 +83,9 @@ BAD_REQUESTS = [
     (b"[1, 2]", 422, "Input should be a valid dictionary"),
     (b'{"queries": "one string"}', 422, "queries: Input should be a valid list"),
     (b'{"queries": [1]}', 422, r"queries\.0: Input should be a valid string"),
-    (b'{"topk": 3}', 422, "queries: Field required"),
+    (b'{"topk": 3}', 422, "queries must hold at least one query"),
+    (b'{"queries": ["q"], "query": "q"}', 422, "either queries .* or query .*, not both"),
+    (b'{"query": 3}', 422, "query: Input should be a valid string"),
     (b'{"queries": []}', 422, "queries must hold at least one query"),
     (json.dumps({"queries": ["q"] * 9}).encode(), 422, "too many queries: 9 > max_queries=8"),
     (b'{"queries": ["q"], "topk": 0}', 422, r"topk must lie in \[1, 5\] \(got 0\)"),
