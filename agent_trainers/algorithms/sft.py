@@ -1,20 +1,17 @@
 """Cold-start SFT: teach the policy to call tools from oracle trajectories.
 
 Small instruct models never emit a tool call by themselves (SmolLM2-135M: 0
-in 9 greedy tries), so GRPO has nothing to reinforce. We first play each
+in 9 greedy tries), so RL has nothing to reinforce. We first play each
 training task with the env's oracle (``env.unwrapped.oracle_action()``),
 then fine-tune with TRL's :class:`~trl.SFTTrainer` on the assistant tokens
 only.
 
-Masks are computed here rather than with ``{% generation %}`` markers: the
-ChatML tool template renders every message on its own (prefix-stable), so the
-characters of assistant turn ``k`` are ``[len(render(m[:k])) + len(header),
-len(render(m[:k+1])) - 1)`` (its content plus ``<|im_end|>``, the stop token
-the model must learn). Tokens inside those spans get ``assistant_masks = 1``,
-and the rows go to ``SFTTrainer`` pre-tokenized (``input_ids`` +
-``assistant_masks``), so the trainer never re-renders them. The
-``<|im_start|>assistant\\n`` header is part of the generation prompt, as in
-rollouts.
+The chats are tokenized by the rollout layer's incremental tokenizer
+(:func:`agent_trainers.rollout.tokenize_chat`): each message is rendered once,
+and each assistant turn becomes ``encode(content) + [<|im_end|>]`` (mask 1) -
+exactly the ids a model writing it emits in a rollout - while template and env
+text get mask 0. The rows go to ``SFTTrainer`` pre-tokenized (``input_ids`` +
+``assistant_masks``), so the trainer never re-renders them.
 """
 
 from __future__ import annotations
@@ -28,10 +25,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
 import agent_gym  # noqa: F401  (registers the environments)
+from agent_trainers.rollout.chat import ChatTokenizer, tokenize_chat
 
 __all__ = ["OracleEpisode", "oracle_episodes", "run_sft", "tokenize_episode"]
-
-_ASSISTANT_HEADER = "<|im_start|>assistant\n"
 
 
 @dataclass
@@ -96,33 +92,16 @@ def _plain(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tokenize_episode(messages: Sequence[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[int]]:
-    """Token ids and assistant mask of a chat, with the tokenizer's (prefix-stable) template.
-
-    Args:
-        messages: The chat, e.g. :attr:`OracleEpisode.messages`.
-        tokenizer: A fast tokenizer whose chat template renders each message
-            independently (ChatML).
+    """Token ids and assistant mask of a chat, laid out as a rollout would be.
 
     Returns:
         ``{"input_ids": [...], "assistant_masks": [...]}`` of equal length.
 
     Raises:
-        ValueError: If the template is not prefix-stable for this chat.
+        TemplateDriftError: The tokenizer's template is not context-free.
     """
-    msgs = [dict(m) for m in messages]
-    text = tokenizer.apply_chat_template(msgs, tokenize=False)
-    spans = []
-    for k, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        before = tokenizer.apply_chat_template(msgs[:k], tokenize=False) if k else ""
-        upto = tokenizer.apply_chat_template(msgs[: k + 1], tokenize=False)
-        if not text.startswith(upto) or not upto[len(before) :].startswith(_ASSISTANT_HEADER):
-            raise ValueError("the chat template is not prefix-stable ChatML; cannot locate assistant turns")
-        spans.append((len(before) + len(_ASSISTANT_HEADER), len(upto.rstrip("\n"))))
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [int(any(s <= a and b <= e for s, e in spans) and b > a) for a, b in enc["offset_mapping"]]
-    return {"input_ids": list(enc["input_ids"]), "assistant_masks": mask}
+    row = tokenize_chat(ChatTokenizer(tokenizer), messages)
+    return {"input_ids": row.input_ids, "assistant_masks": row.assistant_masks}
 
 
 def run_sft(
@@ -137,7 +116,7 @@ def run_sft(
         model: The policy (trained in place).
         tokenizer: Its tokenizer, carrying the ChatML tool template.
         episodes: Expert episodes from :func:`oracle_episodes`.
-        args: TRL's ``SFTConfig`` (``output_dir``, epochs, learning rate, ...).
+        args: TRL's ``SFTConfig`` (e.g. from :func:`~agent_trainers.algorithms.make_sft_config`).
 
     Returns:
         The trainer, after ``train()``.
@@ -149,7 +128,11 @@ def run_sft(
 
     if not episodes:
         raise ValueError("run_sft needs at least one oracle episode (did every oracle episode fail?)")
-    rows = [tokenize_episode(e.messages, tokenizer) for e in episodes]
+    chat = ChatTokenizer(tokenizer)
+    rows = []
+    for e in episodes:
+        row = tokenize_chat(chat, e.messages)
+        rows.append({"input_ids": row.input_ids, "assistant_masks": row.assistant_masks})
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.train()
     return trainer

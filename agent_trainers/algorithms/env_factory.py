@@ -8,27 +8,35 @@ builds such a class for any registered environment:
 
 * one method per tool of the env, named after it, with a typed signature and
   an ``Args:`` docstring generated from the tool's JSON schema;
-* an ``answer(answer)`` method that submits the final answer (our envs read it
-  from ``<answer>`` tags; TRL's loop only runs tool calls);
+* an ``answer(answer)`` method that submits the final answer;
 * ``reset(**row)`` poses the row's ``task_index`` (or ``task_id``) and returns
-  the question, which TRL appends to the row's last prompt message;
+  the question, which TRL appends to the row's last prompt message. Where the
+  env's text asks for ``<answer>`` tags, the question asks for the ``answer``
+  tool instead (TRL's loop only runs tool calls);
 * ``get_reward()`` is the sum of the env's rubric rewards over the episode
   (process terms included; an episode that never calls ``answer`` earns no
   outcome term).
 
-Use it when you prefer TRL's loop; :mod:`agent_trainers.grpo` drives the same
-envs through our rollout engine (exact token ids, per-turn rewards).
+:func:`trl_dataset_rows` makes the matching dataset: a system message with the
+env's task description and the ``answer``-tool instruction. The tokenizer from
+:func:`agent_trainers.policies.load_tokenizer` already carries what TRL needs
+to parse tool calls (a ``response_template``), so plain TRL usage works::
 
-Example:
-    >>> Factory = make_environment_factory("AgentR1/HotpotQA-v0")  # doctest: +SKIP
-    >>> trainer = GRPOTrainer(model, args=cfg, train_dataset=ds, environment_factory=Factory)  # doctest: +SKIP
+    tok = load_tokenizer("smollm2")
+    trainer = GRPOTrainer(model=model, processing_class=tok, args=GRPOConfig(...),
+                          train_dataset=Dataset.from_list(trl_dataset_rows(range(8), env_id=env_id)),
+                          environment_factory=make_environment_factory(env_id))
+
+Use it when you prefer TRL's loop; :class:`~agent_trainers.algorithms.AgentGRPOTrainer`
+drives the same envs through our rollout engine (exact token ids, per-turn rewards).
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -36,16 +44,31 @@ import gymnasium as gym
 import agent_gym  # noqa: F401  (registers the environments)
 from agent_gym.core.env import EpisodeOverError
 
-__all__ = [
-    "ANSWER_METHOD",
-    "TRLEnvironment",
-    "make_environment_factory",
-    "trl_dataset_rows",
-    "with_hermes_response_parser",
-]
+__all__ = ["ANSWER_METHOD", "ANSWER_TOOL_INSTRUCTION", "TRLEnvironment", "make_environment_factory", "trl_dataset_rows"]
 
 ANSWER_METHOD = "answer"
 """Name of the generated method that submits the final answer."""
+
+ANSWER_TOOL_INSTRUCTION = (
+    "Use the tools to find what you need. When you know the final answer, call the `answer` tool with it; "
+    "the episode ends there."
+)
+"""What the system message of :func:`trl_dataset_rows` asks for (instead of ``<answer>`` tags)."""
+
+_TAG_PHRASE = re.compile(r"\s*(?:inside|in|within)\s+<answer>\s*</answer>(?:\s+tags)?", re.IGNORECASE)
+_SENTENCE = re.compile(r"[^.!?\n]*<answer>[^.!?\n]*[.!?]?")
+
+
+def for_answer_tool(text: str) -> str:
+    """Rewrite an env's request for ``<answer>`` tags into one for the ``answer`` tool.
+
+    Example:
+        >>> for_answer_tool("Give the final number (no units) inside <answer></answer>.")
+        'Give the final number (no units) with the `answer` tool.'
+    """
+    text = _TAG_PHRASE.sub(" with the `answer` tool", text)
+    return _SENTENCE.sub("", text).strip() if "<answer>" in text else text
+
 
 _PY_TYPES: dict[str, Any] = {
     "string": str,
@@ -103,7 +126,7 @@ class TRLEnvironment:
         self.done = False
         self.reward_terms = []
         users = [m["content"] for m in info["messages"] if m["role"] == "user"]
-        return users[-1] if users else ""
+        return for_answer_tool(users[-1]) if users else ""
 
     def get_reward(self) -> float:
         """The sum of the env's rewards over the episode so far."""
@@ -219,39 +242,37 @@ def make_environment_factory(
     return type(class_name, (TRLEnvironment,), namespace)
 
 
-def with_hermes_response_parser(tokenizer: Any) -> Any:
-    """Let TRL parse ``<tool_call>`` JSON blocks from a tokenizer with our ChatML tool template.
-
-    TRL's tool loop parses completions with ``tokenizer.response_template``
-    and only recognises the templates it ships. Ours writes calls exactly as
-    Qwen3/Hermes do (``<tool_call>\\n{json}\\n</tool_call>``, turns closed by
-    ``<|im_end|>``), so TRL's Qwen3 response template applies as is.
-
-    Args:
-        tokenizer: A tokenizer carrying :func:`agent_trainers.models.tool_chat_template`.
-
-    Returns:
-        The same tokenizer, with ``response_template`` set.
-    """
-    import copy
-
-    from trl.chat_template_utils import qwen3_template
-
-    tokenizer.response_template = copy.deepcopy(qwen3_template)
-    return tokenizer
+def _task_description(env_id: str, env_kwargs: Mapping[str, Any]) -> str:
+    """The env's system prompt without its action-format instructions (which ask for tags)."""
+    env = gym.make(env_id, **dict(env_kwargs))
+    try:
+        env.reset(seed=0, options={"task_index": 0})
+        base = env.unwrapped
+        tools = list(base.tools.values())
+        full = base.system_prompt(base.state.task, tools)
+        return for_answer_tool(full.replace(base.parser.instructions(tools), "")).strip()
+    finally:
+        env.close()
 
 
-def trl_dataset_rows(task_indices: list[int], *, env_id: str) -> list[dict[str, Any]]:
+def trl_dataset_rows(
+    task_indices: Sequence[int], *, env_id: str, env_kwargs: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Dataset rows for the ``environment_factory`` path.
 
-    The prompt's last (user) message is empty: TRL appends the question that
-    ``reset`` returns to it.
+    Each row's prompt is a system message (the env's task description and
+    :data:`ANSWER_TOOL_INSTRUCTION`) and an empty user message: TRL appends the
+    question that ``reset`` returns to it.
 
     Args:
         task_indices: Tasks to pose, one row each.
-        env_id: Recorded in each row (informational).
+        env_id: The environment (its task description goes into the system message).
+        env_kwargs: Keyword arguments for ``gymnasium.make``.
 
     Returns:
         Rows with ``prompt``, ``task_index`` and ``env_id``.
     """
-    return [{"prompt": [{"role": "user", "content": ""}], "task_index": int(i), "env_id": env_id} for i in task_indices]
+    description = _task_description(env_id, env_kwargs or {})
+    system = f"{description}\n\n{ANSWER_TOOL_INSTRUCTION}" if description else ANSWER_TOOL_INSTRUCTION
+    prompt = [{"role": "system", "content": system}, {"role": "user", "content": ""}]
+    return [{"prompt": [dict(m) for m in prompt], "task_index": int(i), "env_id": env_id} for i in task_indices]

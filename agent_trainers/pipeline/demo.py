@@ -14,27 +14,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_trainers.config import config_from_dict, load_config
+from agent_trainers.pipeline.config import config_from_dict, load_config
 
 __all__ = ["DEMO_SETTINGS", "QUICK_OVERRIDES", "run_demo"]
 
 DEMO_SETTINGS: dict[str, Any] = {
     "seed": 0,
+    "threads": 1,
     "output_dir": "runs/demo",
+    "algorithm": "grpo",
+    "device": "auto",
+    "report_to": "none",
     "model": {"name": "smollm2"},
     "env": {"id": "AgentR1/HotpotQA-v0", "train_kwargs": {"split": "train"}, "eval_kwargs": {"split": "test"}},
+    "rollout": {"max_turns": 4, "max_new_tokens_per_turn": 48, "max_total_tokens": 1536, "temperature": 1.0},
     "sft": {"enabled": True, "episodes": 16, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
-    "grpo": {
+    "rl": {
         "enabled": True,
         "steps": 4,
         "num_generations": 4,
         "prompts_per_step": 1,
         "learning_rate": 2e-6,
-        "temperature": 1.0,
         "advantage": "turn",
-        "max_turns": 4,
-        "max_new_tokens_per_turn": 48,
-        "max_total_tokens": 1536,
         "save_steps": 2,
     },
     "eval": {"tasks": 8, "temperature": 0.0, "every": 2},
@@ -43,7 +44,7 @@ DEMO_SETTINGS: dict[str, Any] = {
 
 QUICK_OVERRIDES: dict[str, Any] = {
     "sft": {"episodes": 4, "epochs": 1.0},
-    "grpo": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "save_steps": 1},
+    "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "save_steps": 1},
     "eval": {"tasks": 4, "every": 0},
 }
 """``--quick``: a smoke run of a minute or two."""
@@ -70,8 +71,8 @@ def run_demo(
     Returns:
         The process exit status (0).
     """
-    from agent_trainers.cli import print_table
-    from agent_trainers.train import run_training
+    from agent_trainers.pipeline.report import print_table
+    from agent_trainers.pipeline.train import run_training
 
     if config_path is not None:
         settings = load_config(config_path).to_dict()

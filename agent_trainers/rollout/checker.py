@@ -1,6 +1,9 @@
 """Token-exactness checks for trajectories (product code: run it on your rollouts).
 
-:func:`check_trajectory` verifies, for one :class:`~agent_trainers.rollout.Trajectory`:
+The engine assembles chats incrementally (:mod:`agent_trainers.rollout.chat`);
+this module is the slow reference that re-renders whole chats with the same
+primitives. :func:`check_trajectory` verifies, for one
+:class:`~agent_trainers.rollout.Trajectory`:
 
 1. shapes: ``loss_mask`` and ``logprobs`` have one entry per completion token;
    turns tile the completion (model span, then env span, turn after turn);
@@ -24,31 +27,18 @@ and the first differing text.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from agent_trainers.policies import end_token_ids
-from agent_trainers.rollout import Trajectory
+from agent_trainers.rollout.chat import ChatTokenizer
+from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["TrajectoryError", "check_prefix_stable", "check_trajectory"]
 
 
 class TrajectoryError(ValueError):
     """A trajectory is not token-exact; the message says where and how."""
-
-
-def _render(tok: PreTrainedTokenizerBase, messages: list[dict[str, Any]], gen: bool, tools: list[dict]) -> str:
-    return tok.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=gen)
-
-
-def _decode(tok: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
-    return tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
-def _encode(tok: PreTrainedTokenizerBase, text: str) -> list[int]:
-    return list(tok(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
 def _diff(expected: str, got: str) -> str:
@@ -60,9 +50,10 @@ def check_prefix_stable(
     tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: list[dict] | None = None
 ) -> None:
     """Raise :class:`TrajectoryError` unless ``render(messages[:k])`` prefixes ``render(messages[:k+1])``."""
+    chat = ChatTokenizer(tokenizer, check=False)
     prev = ""
     for k in range(1, len(messages) + 1):
-        cur = _render(tokenizer, messages[:k], False, tools or [])
+        cur = chat.render(messages[:k], generation_prompt=False, tools=tools)
         if not cur.startswith(prev):
             raise TrajectoryError(f"template is not prefix-stable at message {k - 1}: {_diff(prev, cur[: len(prev)])}")
         prev = cur
@@ -101,29 +92,31 @@ def _assistant_positions(traj: Trajectory) -> list[int]:
     return pos
 
 
-def _check_turn(traj: Trajectory, tok: PreTrainedTokenizerBase, k: int, pos: list[int], end_ids: set[int]) -> None:
+def _check_turn(traj: Trajectory, chat: ChatTokenizer, k: int, pos: list[int]) -> None:
     t, msgs, tools = traj.turns[k], traj.messages, traj.tools
     model_ids = traj.completion_ids[t.start : t.end]
-    content_ids = model_ids[:-1] if model_ids and model_ids[-1] in end_ids else model_ids
-    content, recorded = _decode(tok, content_ids), msgs[pos[k]].get("content") or ""
+    content, _ = chat.split_turn(model_ids)
+    recorded = msgs[pos[k]].get("content") or ""
     if content != recorded:
         raise TrajectoryError(
             f"turn {k}: model tokens [{t.start}, {t.end}) decode differently from the recorded assistant message; "
             + _diff(recorded, content)
         )
-    before = _render(tok, msgs[: pos[k]], True, tools) + _decode(tok, model_ids)
+    before = chat.render(msgs[: pos[k]], generation_prompt=True, tools=tools) + chat.decode(model_ids)
     last = k == len(traj.turns) - 1
     upto = msgs if last else msgs[: pos[k + 1]]
-    options = [_render(tok, upto, not last, tools)] + ([_render(tok, upto, True, tools)] if last else [])
+    options = [chat.render(upto, generation_prompt=not last, tools=tools)]
+    if last:
+        options.append(chat.render(upto, generation_prompt=True, tools=tools))
     env_ids = traj.completion_ids[t.end : t.env_end]
-    got = _decode(tok, env_ids)
+    got = chat.decode(env_ids)
     expected = []
     for full in options:
         if not full.startswith(before):
             raise TrajectoryError(f"turn {k}: template re-renders the model's turn differently; {_diff(before, full)}")
         expected.append(full[len(before) :])
     if (last and not env_ids) or got in expected:
-        if env_ids and _encode(tok, got) != env_ids:
+        if env_ids and chat.encode(got) != env_ids:
             raise TrajectoryError(f"turn {k}: env tokens [{t.end}, {t.env_end}) are not the tokenization of {got!r}")
         return
     raise TrajectoryError(
@@ -136,7 +129,7 @@ def check_trajectory(traj: Trajectory, tokenizer: PreTrainedTokenizerBase) -> No
 
     Args:
         traj: A trajectory from :func:`agent_trainers.rollout.rollout` or
-            :func:`agent_trainers.export.load_jsonl`.
+            :func:`agent_trainers.rollout.load_jsonl`.
         tokenizer: The tokenizer (with the chat template) the rollout used.
 
     Raises:
@@ -147,17 +140,17 @@ def check_trajectory(traj: Trajectory, tokenizer: PreTrainedTokenizerBase) -> No
             raise TrajectoryError("text-mode trajectory (no token ids) must have empty loss_mask and logprobs")
         _assistant_positions(traj)
         return
+    chat = ChatTokenizer(tokenizer, check=False)
     _check_shapes(traj)
     pos = _assistant_positions(traj)
     first = pos[0] if pos else len(traj.messages)
-    prompt = _render(tokenizer, traj.messages[:first], True, traj.tools)
-    if _decode(tokenizer, traj.prompt_ids) != prompt:
+    prompt = chat.render(traj.messages[:first], generation_prompt=True, tools=traj.tools)
+    if chat.decode(traj.prompt_ids) != prompt:
         raise TrajectoryError(
-            "prompt_ids do not decode to the rendered prompt; " + _diff(prompt, _decode(tokenizer, traj.prompt_ids))
+            "prompt_ids do not decode to the rendered prompt; " + _diff(prompt, chat.decode(traj.prompt_ids))
         )
-    if _encode(tokenizer, prompt) != list(traj.prompt_ids):
+    if chat.encode(prompt) != list(traj.prompt_ids):
         raise TrajectoryError("prompt_ids are not the tokenization of the rendered prompt")
-    end_ids = end_token_ids(tokenizer)
     for k in range(len(traj.turns)):
-        _check_turn(traj, tokenizer, k, pos, end_ids)
+        _check_turn(traj, chat, k, pos)
     check_prefix_stable(tokenizer, traj.messages, traj.tools)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agent_trainers.rollout import Trajectory, TurnSpan
+from agent_trainers.rollout.types import Trajectory, TurnSpan
 
 __all__ = ["FORMAT_VERSION", "load_jsonl", "save_jsonl", "trajectory_from_dict", "trajectory_to_dict"]
 

@@ -11,10 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent_trainers.policies import Policy
-from agent_trainers.rollout import RolloutConfig, Trajectory, rollout
+from agent_trainers.policies.sampling import ChatPolicy, TokenPolicy
+from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.engine import rollout
+from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["EvalResult", "evaluate", "summarize"]
+__all__ = ["REQUIRED_METRICS", "EvalResult", "MissingMetricError", "evaluate", "summarize"]
+
+REQUIRED_METRICS = ("answer_em", "answer_f1")
+"""Metrics every answered episode must report (``info["metrics"]`` of the final step)."""
+
+
+class MissingMetricError(KeyError):
+    """An answered episode lacks a required metric (renamed or dropped by the env)."""
 
 
 @dataclass(frozen=True)
@@ -24,8 +33,9 @@ class EvalResult:
     Attributes:
         episodes: Number of episodes.
         reward: Mean total env reward.
-        em: Mean exact match of the final answer (0 when no answer).
-        f1: Mean token F1 of the final answer (0 when no answer).
+        em: Mean exact match over all episodes; an episode that gave no answer
+            is wrong by definition (scores 0), an answered one must report ``answer_em``.
+        f1: Mean token F1, likewise.
         tool_call_rate: Fraction of episodes in which the model made at least one tool call.
         answer_rate: Fraction of episodes that ended with an answer.
         turns: Mean number of model turns.
@@ -48,11 +58,24 @@ def _made_tool_call(traj: Trajectory) -> bool:
     return any(m.get("role") == "assistant" and m.get("tool_calls") for m in traj.messages)
 
 
+def _answer_score(traj: Trajectory, name: str) -> float:
+    """The episode's answer metric; 0 only when it never answered (a missing answer is a wrong one)."""
+    if not traj.terminated:
+        return 0.0
+    if name not in traj.metrics:
+        raise MissingMetricError(
+            f"episode of task {traj.task_id!r} answered but its metrics lack {name!r} "
+            f"(it reported {sorted(traj.metrics)}); was the metric renamed?"
+        )
+    return float(traj.metrics[name])
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> EvalResult:
     """Aggregate trajectories into an :class:`EvalResult`.
 
     Raises:
         ValueError: If there are no trajectories.
+        MissingMetricError: An answered episode lacks ``answer_em`` or ``answer_f1``.
     """
     n = len(trajectories)
     if n == 0:
@@ -64,8 +87,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> EvalResult:
     return EvalResult(
         episodes=n,
         reward=mean([t.total_reward for t in trajectories]),
-        em=mean([float(t.metrics.get("answer_em", 0.0)) for t in trajectories]),
-        f1=mean([float(t.metrics.get("answer_f1", 0.0)) for t in trajectories]),
+        em=mean([_answer_score(t, "answer_em") for t in trajectories]),
+        f1=mean([_answer_score(t, "answer_f1") for t in trajectories]),
         tool_call_rate=mean([float(_made_tool_call(t)) for t in trajectories]),
         answer_rate=mean([float(t.stop_reason == "answer") for t in trajectories]),
         turns=mean([float(len(t.turns)) for t in trajectories]),
@@ -73,7 +96,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> EvalResult:
 
 
 def evaluate(
-    policy: Policy,
+    policy: TokenPolicy | ChatPolicy,
     env_id: str,
     task_indices: Sequence[int],
     *,
