@@ -111,7 +111,7 @@ def register(name: str, *, kl_in_reward: bool, min_group_size: int = 1) -> Calla
     """Decorator adding an estimator function to :data:`ESTIMATORS` under ``name``."""
 
     def add(fn: EstimatorFn) -> EstimatorFn:
-        ESTIMATORS[name] = Estimator(name, fn, kl_in_reward, min_group_size)
+        ESTIMATORS[str(name)] = Estimator(str(name), fn, kl_in_reward, min_group_size)
         return fn
 
     return add

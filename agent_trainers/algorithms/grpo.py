@@ -32,15 +32,30 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import Sampler
 from trl import GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head
+from trl.trainer.utils import RepeatSampler, add_fused_lm_head
 
 from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
 from agent_trainers.algorithms.checkpoints import RolloutStateCallback
 from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
 from agent_trainers.algorithms.tensors import RewardBatch, reward_batch
 
-__all__ = ["AgentGRPOTrainer"]
+__all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler"]
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose order in epoch ``e`` depends only on ``(seed, e)``.
+
+    TRL's sampler draws every epoch's permutation from one generator, so a run
+    resumed in epoch 2 would replay epoch 1's order. The trainer calls
+    :meth:`set_epoch` before each epoch (also when resuming), which reseeds it.
+    """
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reseed the shuffle for ``epoch``."""
+        if self.seed is not None:
+            self.generator.manual_seed(int(self.seed) * 1_000_003 + int(epoch))
 
 
 def _frozen_copy(model: Any) -> Any:
@@ -116,6 +131,11 @@ class AgentGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
             self.kl_reference = self.accelerator.prepare_model(reference, evaluation_mode=True)
         self.add_callback(RolloutStateCallback(self.rollout_func))
+
+    def _get_train_sampler(self, dataset: Any = None) -> Sampler:
+        sampler = super()._get_train_sampler(dataset)
+        sampler.__class__ = EpochSeededRepeatSampler  # same state, plus set_epoch
+        return sampler
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)

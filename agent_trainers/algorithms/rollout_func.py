@@ -65,23 +65,23 @@ def grpo_dataset_rows(
 def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Means over episodes of what they report; a metric no episode reports is omitted (never 0.0).
 
-    Keys: ``episode/turns`` (model turns, every episode), ``episode/answered``
-    (fraction that ended with an answer), ``episode/<name>`` for each env metric
-    averaged over the episodes that report it (env metrics exist only for
-    answered episodes), and ``episode/stop/<reason>`` fractions.
+    Keys: ``rollout/turns`` (model turns, over every episode), ``rollout/answered``
+    (fraction that ended with an answer), ``rollout/stop/<reason>`` fractions,
+    and ``episode/<name>`` for each env metric averaged over the episodes that
+    report it (envs report metrics only when an episode is answered).
     """
     if not trajectories:
         return {}
     n = len(trajectories)
-    out = {"episode/turns": sum(len(t.turns) for t in trajectories) / n}
-    out["episode/answered"] = sum(t.terminated for t in trajectories) / n
+    out = {"rollout/turns": sum(len(t.turns) for t in trajectories) / n}
+    out["rollout/answered"] = sum(t.terminated for t in trajectories) / n
     for name in sorted({k for t in trajectories for k in t.metrics}):
         values = [float(t.metrics[name]) for t in trajectories if name in t.metrics]
         finite = [v for v in values if math.isfinite(v)]
         if finite:
             out[f"episode/{name}"] = sum(finite) / len(finite)
     for reason in sorted({t.stop_reason for t in trajectories}):
-        out[f"episode/stop/{reason}"] = sum(t.stop_reason == reason for t in trajectories) / n
+        out[f"rollout/stop/{reason}"] = sum(t.stop_reason == reason for t in trajectories) / n
     return out
 
 

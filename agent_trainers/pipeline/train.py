@@ -67,7 +67,7 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     plot_metrics(
         [r for r in records if r.get("stage") == "rl"],
         out / "plots" / "train.png",
-        keys=["reward", "loss", "episode/turns", "episode/answer_f1"],
+        keys=["reward", "loss", "rollout/turns", "episode/answer_f1"],
         title=f"{config.algorithm} training",
     )
     return plot

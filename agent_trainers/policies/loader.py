@@ -48,6 +48,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from agent_trainers.policies.sampling import token_id
+
 __all__ = [
     "MODEL_NAMES",
     "TOOL_RESPONSE_TEMPLATE",
@@ -172,8 +174,7 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     Returns:
         The same tokenizer.
     """
-    vocab = tokenizer.get_vocab()
-    if "<|im_start|>" in vocab and "<|im_end|>" in vocab:
+    if token_id(tokenizer, "<|im_start|>") is not None and token_id(tokenizer, "<|im_end|>") is not None:
         tokenizer.chat_template = tool_chat_template()
         tokenizer.response_template = copy.deepcopy(TOOL_RESPONSE_TEMPLATE)
     elif not tokenizer.chat_template:

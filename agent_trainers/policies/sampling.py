@@ -39,6 +39,7 @@ __all__ = [
     "end_of_turn_id",
     "end_token_ids",
     "stop_window",
+    "token_id",
 ]
 
 
@@ -128,11 +129,17 @@ class ChatPolicy(Protocol):
         ...
 
 
+def token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int | None:
+    """The id of ``token`` when the vocabulary has it, else None (cheap: no vocabulary copy)."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    return found if isinstance(found, int) and found != tokenizer.unk_token_id else None
+
+
 def end_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """Ids that end an assistant turn: the tokenizer's EOS and ``<|im_end|>`` if it exists."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+    im_end = token_id(tokenizer, "<|im_end|>")
+    if im_end is not None:
         ids.add(im_end)
     return ids
 
@@ -143,8 +150,9 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
     Raises:
         ValueError: The tokenizer has neither.
     """
-    if "<|im_end|>" in tokenizer.get_vocab():
-        return int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    im_end = token_id(tokenizer, "<|im_end|>")
+    if im_end is not None:
+        return im_end
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has neither <|im_end|> nor an EOS token to end a turn")
     return int(tokenizer.eos_token_id)

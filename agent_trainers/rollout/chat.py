@@ -150,17 +150,21 @@ class ChatTokenizer:
     def _check_context_free(self) -> None:
         """Assemble a sample chat incrementally and compare with one full render."""
         chat = [dict(m) for m in _SAMPLE]
-        text = self.render(chat[:2], generation_prompt=True)
-        for k in (2, 4):
-            content = chat[k]["content"]
-            model_text = content + self.decode([self.end_of_turn])
-            nxt = chat[k + 1 : k + 2]
-            text += model_text + self.env_text(model_text, content, nxt, generation_prompt=bool(nxt))
         full = self.render(chat, generation_prompt=False)
-        if text != full:
+        text = self.render(chat[:2], generation_prompt=True)
+        try:
+            for k in (2, 4):
+                content = chat[k]["content"]
+                model_text = content + self.decode([self.end_of_turn])
+                nxt = chat[k + 1 : k + 2]
+                text += model_text + self.env_text(model_text, content, nxt, generation_prompt=bool(nxt))
+            problem = "" if text == full else _diff(full, text)
+        except TemplateDriftError as err:
+            problem = str(err)
+        if problem:
             raise TemplateDriftError(
                 "the chat template is not context-free (a message renders differently after other messages), "
-                f"so turns cannot be tokenized incrementally; {_diff(full, text)}. "
+                f"so turns cannot be tokenized incrementally; {problem}. "
                 "Use agent_trainers.policies.tool_chat_template()"
             )
 

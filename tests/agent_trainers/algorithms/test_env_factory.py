@@ -1,14 +1,15 @@
-"""The TRL environment_factory adapter: generated tool methods, schemas, rewards, and a real TRL step."""
+"""TRL's own tool loop out of the box: generated tool methods, schemas, rewards, answer-tool prompts, a real step."""
 
 import gymnasium as gym
 import pytest
 from transformers.utils import get_json_schema
 
-from agent_trainers.env_factory import (
+import agent_gym
+from agent_trainers.algorithms.env_factory import (
     ANSWER_METHOD,
+    ANSWER_TOOL_INSTRUCTION,
     make_environment_factory,
     trl_dataset_rows,
-    with_hermes_response_parser,
 )
 from tests.conftest import LookupEnv
 
@@ -56,34 +57,44 @@ def test_tool_errors_become_observations(factory):
     assert "no country named" in env.lookup(country="Atlantis")
 
 
-def test_trl_grpo_trainer_runs_one_step_with_the_factory(tmp_path, factory):
+def test_trl_documented_usage_runs_one_step_without_extra_steps(tmp_path):
+    """As TRL documents ``environment_factory``: our loader's tokenizer, our rows, a plain GRPOTrainer.
+
+    ``make_grpo_config`` returns a plain ``GRPOConfig`` whose device/bf16 fields fit the machine (TRL's
+    default ``bf16=True`` refuses a CPU-only machine unless ``use_cpu`` is set).
+    """
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from agent_trainers.grpo import make_grpo_config
-    from agent_trainers.models import tiny_random_model
+    from agent_trainers.algorithms.trl_args import make_grpo_config
+    from agent_trainers.policies import load_model
 
-    model, tok = tiny_random_model()
-    with_hermes_response_parser(tok)
-    args = make_grpo_config(
-        output_dir=str(tmp_path),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=16,
-        max_tool_calling_iterations=2,
-    )
+    model, tokenizer = load_model("tiny-random", device="cpu")
     trainer = GRPOTrainer(
         model=model,
-        processing_class=tok,
-        args=args,
+        processing_class=tokenizer,
+        args=make_grpo_config(
+            output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+            max_completion_length=16, max_tool_calling_iterations=2,
+        ),
         train_dataset=Dataset.from_list(trl_dataset_rows([0, 1], env_id=ENV_ID)),
-        environment_factory=factory,
-    )
-    assert [t.__name__ for t in trainer.tools] == ["answer", "lookup"]
+        environment_factory=make_environment_factory(ENV_ID),
+    )  # fmt: skip
+    assert sorted(t.__name__ for t in trainer.tools) == ["answer", "lookup"]
     trainer.train()
     assert trainer.state.global_step == 1
     assert any(k.startswith("rewards/") for k in trainer.state.log_history[0])
+
+
+@pytest.mark.parametrize("env_id", [env_id for env_id, _ in agent_gym.list_envs()])
+def test_prompts_ask_for_the_answer_tool_not_answer_tags(env_id):
+    row = trl_dataset_rows([0], env_id=env_id)[0]
+    question = make_environment_factory(env_id)().reset(**row)
+    system = row["prompt"][0]["content"]
+    assert row["prompt"][0]["role"] == "system" and system.endswith(ANSWER_TOOL_INSTRUCTION)
+    for text in (system, question):
+        assert "<answer>" not in text and "</answer>" not in text, text
+    assert "<tool_call>" not in system  # TRL's template lists the tools and the call format itself
 
 
 def test_unusable_tool_names_are_rejected():

@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_trainers.checker import TrajectoryError, check_prefix_stable, check_trajectory
 from agent_trainers.policies import ScriptedPolicy, TransformersPolicy
-from agent_trainers.rollout import RolloutConfig, rollout
+from agent_trainers.rollout import RolloutConfig, TrajectoryError, check_prefix_stable, check_trajectory, rollout
 from tests.agent_trainers.conftest import LOOKUP_ID
 
 COUNTRIES = ["France", "Japan", "Kenya", "Atlantis", "日本"]

@@ -7,8 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_trainers.checker import check_prefix_stable
-from agent_trainers.models import tool_chat_template
+from agent_trainers.policies import tool_chat_template
+from agent_trainers.rollout import check_prefix_stable
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "d", "parameters": {"type": "object"}}}]
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)

@@ -9,9 +9,8 @@ import gymnasium as gym
 import pytest
 
 from agent_gym.envs import _STOP_REASON
-from agent_trainers.checker import check_trajectory
 from agent_trainers.policies import Generation, ScriptedPolicy
-from agent_trainers.rollout import RolloutConfig, rollout, run_with_timeouts
+from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout, run_with_timeouts
 from tests.agent_trainers.conftest import LOOKUP_ID, SLOW_LOOKUP_ID
 from tests.conftest import LookupEnv
 
@@ -40,8 +39,7 @@ def answer_for(tok):
 
 
 def test_groups_are_ordered_and_seeded(smollm2_tokenizer):
-    cfg = RolloutConfig(group_size=3)
-    trajs = rollout(answer_for(smollm2_tokenizer), LOOKUP_ID, task_indices=[2, 0], seed=10, config=cfg)
+    trajs = rollout(answer_for(smollm2_tokenizer), LOOKUP_ID, task_indices=[2, 0], group_size=3, seed=10)
     assert [(t.task_index, t.group_id) for t in trajs] == [(2, 0)] * 3 + [(0, 1)] * 3
     assert [t.seed for t in trajs] == [10, 11, 12, 13, 14, 15]
     assert [t.task_id for t in trajs] == ["q2"] * 3 + ["q0"] * 3
@@ -49,8 +47,9 @@ def test_groups_are_ordered_and_seeded(smollm2_tokenizer):
         answer_for(smollm2_tokenizer),
         LOOKUP_ID,
         task_indices=[2, 0],
+        group_size=3,
         seed=10,
-        config=RolloutConfig(group_size=3, same_noise_in_group=True),
+        config=RolloutConfig(same_noise_in_group=True),
     )
     assert [t.seed for t in same] == [10, 10, 10, 11, 11, 11]
     for t in trajs:
@@ -118,7 +117,8 @@ def test_tool_steps_overlap(smollm2_tokenizer):
         SLOW_LOOKUP_ID,
         task_indices=[0, 1, 2],
         env_kwargs={"latency_s": latency},
-        config=RolloutConfig(group_size=2, tool_workers=n),
+        group_size=2,
+        config=RolloutConfig(tool_workers=n),
     )
     wall = time.perf_counter() - start
     assert all(t.stop_reason == "answer" for t in trajs)
@@ -158,13 +158,12 @@ def test_run_with_timeouts_respects_worker_count():
 class EchoChatPolicy:
     """A text-only policy (like OpenAIPolicy): sees messages, returns text."""
 
-    text_only = True
     tokenizer = None
 
     def __init__(self):
         self.seen = []
 
-    def generate_chat(self, conversations, **kw):
+    def generate_chat(self, conversations, params):
         self.seen.append([len(c) for c in conversations])
         return [Generation([], [], "stop", text="<answer>Paris</answer>") for _ in conversations]
 
@@ -182,9 +181,13 @@ def test_text_mode_plays_messages_without_tokens(smollm2_tokenizer):
         check_trajectory(t, smollm2_tokenizer)
 
 
-def test_bad_config_is_refused():
+def test_bad_config_is_refused(smollm2_tokenizer):
     with pytest.raises(ValueError, match="group_size must be >= 1"):
-        RolloutConfig(group_size=0)
+        rollout(answer_for(smollm2_tokenizer), LOOKUP_ID, task_indices=[0], group_size=0)
+    with pytest.raises(ValueError, match="max_total_tokens must exceed max_new_tokens_per_turn"):
+        RolloutConfig(max_new_tokens_per_turn=64, max_total_tokens=32)
+    with pytest.raises(ValueError, match="Input should be a valid integer"):
+        RolloutConfig(max_turns="two")
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
         RolloutConfig(top_p=0.0)
 
@@ -195,3 +198,11 @@ def test_tool_schemas_reach_the_template_when_asked(smollm2_tokenizer):
     assert t.tools and "# Tools" in prompt
     assert prompt.count(json.dumps(t.tools[0])) == 2  # once by the env's instructions, once by the template
     check_trajectory(t, smollm2_tokenizer)
+
+
+def test_on_episode_end_reports_each_episode_once_in_finishing_order(smollm2_tokenizer):
+    finished = []
+    policy = ScriptedPolicy(smollm2_tokenizer, ["<answer>x</answer>", CALL, "<answer>Paris</answer>"])
+    trajs = rollout(policy, LOOKUP_ID, task_indices=[1, 0], on_episode_end=finished.append)
+    assert [t.task_index for t in finished] == [1, 0]  # task 1 answered at once, task 0 after a lookup
+    assert [id(t) for t in finished] == [id(trajs[0]), id(trajs[1])]

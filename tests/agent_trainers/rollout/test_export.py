@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_trainers.export import load_jsonl, save_jsonl
-from agent_trainers.rollout import Trajectory, TurnSpan
+from agent_trainers.rollout import Trajectory, TurnSpan, load_jsonl, save_jsonl
 
 floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
 text = st.text(max_size=20)

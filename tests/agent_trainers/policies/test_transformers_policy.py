@@ -1,25 +1,22 @@
-"""Policies: sampling log-probs, stop strings, padding, seeds; OpenAI endpoint; vLLM guard; SmolLM2."""
+"""Token policies: sampling log-probs, stop strings, padding, seeds, the one sampling type; vLLM guard; SmolLM2."""
 
 from __future__ import annotations
-
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
 
-from agent_trainers.checker import check_trajectory
-from agent_trainers.models import load_smollm2, smollm2_gguf_path
 from agent_trainers.policies import (
-    OpenAIPolicy,
+    SamplingParams,
     ScriptedPolicy,
+    TokenPolicy,
     TransformersPolicy,
     VLLMPolicy,
     cut_at_stop,
     end_token_ids,
+    load_model,
+    smollm2_gguf_path,
 )
-from agent_trainers.rollout import RolloutConfig, rollout
+from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout
 from tests.agent_trainers.conftest import LOOKUP_ID
 
 
@@ -33,7 +30,7 @@ def test_logprobs_are_log_softmax_of_scaled_logits(one_thread, tiny_model, tempe
     model, tok = tiny_model
     prompts = [prompt_ids(tok, "hello"), prompt_ids(tok, "a much longer question about capitals")]
     gens = TransformersPolicy(model, tok, seed=3).generate(
-        prompts, max_new_tokens=6, temperature=temperature, top_p=0.9, stop=[]
+        prompts, SamplingParams(max_new_tokens=6, temperature=temperature, top_p=0.9)
     )
     for prompt, gen in zip(prompts, gens, strict=True):
         assert len(gen.token_ids) == len(gen.logprobs) == 6 and gen.finish_reason == "length"
@@ -50,8 +47,9 @@ def test_left_padding_does_not_change_greedy_output(one_thread, tiny_model):
     model, tok = tiny_model
     short, long = prompt_ids(tok, "hi"), prompt_ids(tok, "tell me something long about the sea and ships")
     policy = TransformersPolicy(model, tok)
-    alone = policy.generate([short], max_new_tokens=5, temperature=0.0, top_p=1.0, stop=[])[0]
-    batched = policy.generate([long, short], max_new_tokens=5, temperature=0.0, top_p=1.0, stop=[])[1]
+    greedy = SamplingParams(max_new_tokens=5, temperature=0.0)
+    alone = policy.generate([short], greedy)[0]
+    batched = policy.generate([long, short], greedy)[1]
     assert alone.token_ids == batched.token_ids
     assert alone.logprobs == pytest.approx(batched.logprobs, abs=1e-4)
 
@@ -59,9 +57,7 @@ def test_left_padding_does_not_change_greedy_output(one_thread, tiny_model):
 def test_same_seed_same_samples(one_thread, tiny_model):
     model, tok = tiny_model
     p = [prompt_ids(tok, "hi")] * 2
-    run = lambda seed: TransformersPolicy(model, tok, seed=seed).generate(  # noqa: E731
-        p, max_new_tokens=8, temperature=1.0, top_p=1.0, stop=[]
-    )
+    run = lambda seed: TransformersPolicy(model, tok, seed=seed).generate(p, SamplingParams(max_new_tokens=8))  # noqa: E731
     a, b, c = run(1), run(1), run(2)
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
     assert [g.token_ids for g in a] != [g.token_ids for g in c]
@@ -80,70 +76,30 @@ def test_cut_at_stop_keeps_the_completing_token_only(smollm2_tokenizer):
 
 
 def test_scripted_policy_respects_max_new_tokens(smollm2_tokenizer):
-    gen = ScriptedPolicy(smollm2_tokenizer, ["word " * 50]).generate(
-        [[1]], max_new_tokens=7, temperature=1.0, top_p=1.0, stop=[]
-    )[0]
+    gen = ScriptedPolicy(smollm2_tokenizer, ["word " * 50]).generate([[1]], SamplingParams(max_new_tokens=7))[0]
     assert len(gen.token_ids) == 7 and gen.finish_reason == "length" and gen.logprobs == [0.0] * 7
 
 
-def test_bad_sampling_arguments_are_refused(tiny_model):
-    policy = TransformersPolicy(*tiny_model)
-    with pytest.raises(ValueError, match="temperature must be >= 0"):
-        policy.generate([[1]], max_new_tokens=2, temperature=-1.0, top_p=1.0, stop=[])
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
-        policy.generate([[1]], max_new_tokens=0, temperature=1.0, top_p=1.0, stop=[])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"temperature": -1.0}, "temperature must be >= 0"),
+        ({"temperature": float("nan")}, "temperature must be >= 0"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"stop": ("</a>", "")}, "stop strings must be non-empty"),
+    ],
+)
+def test_bad_sampling_params_are_refused_once_where_they_are_made(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kwargs)
+    with pytest.raises(TypeError, match="max_new_tokens must be an int"):
+        SamplingParams(max_new_tokens=2.5)
 
 
-class _ChatHandler(BaseHTTPRequestHandler):
-    requests: list[dict] = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-        if body["model"] == "broken":
-            self.send_response(500)
-            self.end_headers()
-            return
-        # like OpenAI servers: the matched stop string is dropped from the content
-        reply = {"choices": [{"message": {"role": "assistant", "content": "<answer>Paris"}, "finish_reason": "stop"}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def chat_server():
-    server = HTTPServer(("127.0.0.1", 0), _ChatHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _ChatHandler.requests = []
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-
-
-def test_openai_policy_plays_a_text_rollout(chat_server, smollm2_tokenizer):
-    policy = OpenAIPolicy(chat_server, "smol", api_key="k")
-    trajs = rollout(policy, LOOKUP_ID, task_indices=[0, 1], config=RolloutConfig(temperature=0.5))
-    assert [t.metrics["answer_em"] for t in trajs] == [1.0, 0.0]
-    req = _ChatHandler.requests[0]
-    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer k"
-    assert req["temperature"] == 0.5 and req["stop"] == ["</tool_call>", "</answer>"]
-    assert [m["role"] for m in req["messages"]] == ["system", "user"]
-    for t in trajs:
-        assert t.messages[-1]["content"] == "<answer>Paris</answer>"  # the stripped stop string restored
-        check_trajectory(t, smollm2_tokenizer)
-
-
-def test_openai_policy_reports_server_errors(chat_server):
-    policy = OpenAIPolicy(chat_server, "broken")
-    with pytest.raises(RuntimeError, match=r"OpenAI-compatible endpoint .* failed"):
-        policy.generate_chat([[{"role": "user", "content": "q"}]], max_new_tokens=4, temperature=1, top_p=1, stop=[])
+def test_every_token_backend_satisfies_the_protocol(tiny_model, smollm2_tokenizer):
+    assert isinstance(TransformersPolicy(*tiny_model), TokenPolicy)
+    assert isinstance(ScriptedPolicy(smollm2_tokenizer, ["x"]), TokenPolicy)
 
 
 def test_vllm_policy_import_is_guarded(smollm2_tokenizer):
@@ -167,7 +123,7 @@ def test_smollm2_gguf_is_found_without_importing_the_package():
 
 @pytest.mark.slow
 def test_smollm2_rollout_is_token_exact(one_thread):
-    model, tok = load_smollm2()
+    model, tok = load_model("smollm2", device="cpu")
     policy = TransformersPolicy(model, tok, seed=0)
     cfg = RolloutConfig(max_new_tokens_per_turn=48, max_total_tokens=1024, temperature=0.7, group_size=2)
     for t in rollout(policy, LOOKUP_ID, task_indices=[0, 1], config=cfg):
