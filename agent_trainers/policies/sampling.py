@@ -177,7 +177,9 @@ def cut_at_stop(
         if tok in end_ids:
             return t + 1, True
         if stop:
-            tail = tokenizer.decode(ids[max(0, t + 1 - window) : t + 1], skip_special_tokens=False)
+            tail = tokenizer.decode(
+                ids[max(0, t + 1 - window) : t + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
             if any(s in tail for s in stop):
                 return t + 1, True
     return len(ids), False

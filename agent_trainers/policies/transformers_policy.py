@@ -61,7 +61,9 @@ class _StopOnText(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         start = max(self.prompt_len, input_ids.shape[1] - self.window)
-        tails = self.tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=False)
+        tails = self.tokenizer.batch_decode(
+            input_ids[:, start:], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
         for i, tail in enumerate(tails):
             done[i] = any(s in tail for s in self.stop)
         return done
