@@ -3,7 +3,7 @@
 Both paths train the same model on the same env, batch and token budget with
 TRL's ``GRPOTrainer``; only the rollout differs:
 
-* ours  - :class:`agent_trainers.grpo.EnvRolloutFunc` (batched generation across
+* ours  - :class:`agent_trainers.algorithms.EnvRolloutFunc` (batched generation across
   episodes, exact token ids, env tokens masked), ``AgentGRPOTrainer``;
 * TRL's - ``environment_factory=make_environment_factory(env_id)``; TRL's tool
   loop runs tools one at a time.

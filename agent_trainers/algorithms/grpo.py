@@ -13,9 +13,9 @@ The trajectories come in explicitly: :class:`~agent_trainers.algorithms.EnvRollo
 returns one ``trajectory`` per rollout, TRL merges that field into each input
 row, and the override reads it from the rows it was given.
 
-KL: for ``grpo``, ``beta`` is TRL's KL term in the loss (TRL builds the
-reference from the policy's folder; an in-memory policy is first saved under
-``output_dir/reference``). For the REINFORCE family, ``beta`` goes into the
+KL: for ``grpo``, ``beta`` is TRL's KL term in the loss; TRL builds the
+reference from a snapshot of the policy as the stage starts (``output_dir/reference``,
+reused on resume). For the REINFORCE family, ``beta`` goes into the
 reward instead: TRL gets ``beta = 0`` and this trainer keeps its own frozen
 copy of the initial policy, scores the batch with it and hands
 ``KL_t = log pi_old - log pi_ref`` (sampling log-probs minus reference
@@ -66,13 +66,16 @@ def _frozen_copy(model: Any) -> Any:
     return ref
 
 
-def _ensure_reference_source(model: Any, output_dir: str) -> None:
-    """TRL builds its reference model from ``model.config._name_or_path``: make that a folder."""
-    source = str(getattr(model.config, "_name_or_path", "") or "")
-    if source and Path(source).is_dir():
-        return
+def _snapshot_reference(model: Any, output_dir: str) -> None:
+    """Point ``model.config._name_or_path`` (where TRL builds its reference from) at a snapshot of ``model``.
+
+    The snapshot is the policy as the RL stage starts (e.g. after SFT, which the
+    original path would miss); an existing one is kept, so a resumed run uses
+    the same reference.
+    """
     folder = Path(output_dir) / "reference"
-    model.save_pretrained(folder)
+    if not (folder / "config.json").is_file():
+        model.save_pretrained(folder)
     model.config._name_or_path = str(folder)
 
 
@@ -124,7 +127,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             args = copy.copy(args)
             args.beta = 0.0  # the KL goes into the reward, not into TRL's loss
         elif args.beta:
-            _ensure_reference_source(model, args.output_dir)
+            _snapshot_reference(model, args.output_dir)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self.kl_reference = None
         if reference is not None:

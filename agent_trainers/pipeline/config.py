@@ -114,7 +114,7 @@ class RLConfig(_Section):
     steps: int = Field(default=8, ge=1)
     """Optimizer steps (one generation batch each)."""
     num_generations: int = Field(default=4, ge=2)
-    """G: rollouts per task (the group)."""
+    """G: rollouts per task (the group; TRL's GRPOTrainer needs at least 2)."""
     prompts_per_step: int = Field(default=2, ge=1)
     """Tasks per step; a step plays ``prompts_per_step * num_generations`` episodes."""
     learning_rate: float = Field(default=1e-5, gt=0)
@@ -191,7 +191,8 @@ class TrainConfig(_Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
         rl = self.rl
-        need = ESTIMATORS[self.algorithm].min_group_size
+        estimator = ESTIMATORS.get(str(self.algorithm))  # an algorithm with its own trainer may have none
+        need = estimator.min_group_size if estimator else 1
         if rl.enabled and rl.num_generations < need:
             raise ValueError(f"rl.num_generations must be >= {need} for {self.algorithm} (got {rl.num_generations})")
         if self.eval.every and rl.enabled and rl.steps % self.eval.every:

@@ -142,7 +142,7 @@ def run_sft_stage(state: RunState) -> None:
     state.model.eval()
     for record in trainer.state.log_history:
         numeric = {k: float(v) for k, v in record.items() if isinstance(v, int | float)}
-        state.log.write({"stage": "sft", "step": int(record.get("step", 0)), **numeric})
+        state.log.write({**numeric, "stage": "sft", "step": int(record.get("step", 0))})
     state.model.save_pretrained(sft_dir)
     state.tokenizer.save_pretrained(sft_dir)
     (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
@@ -159,7 +159,7 @@ class _RLCallback(TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         numeric = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
         self.state.log.write(
-            {"stage": "rl", "algorithm": str(self.state.config.algorithm), "step": int(state.global_step), **numeric}
+            {**numeric, "stage": "rl", "algorithm": str(self.state.config.algorithm), "step": int(state.global_step)}
         )
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -137,6 +137,14 @@ def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
         assert abs(logged["kl_reward/mean"]) < 1e-4
 
 
+def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted, beta=0.1)
+    assert trainer.beta == 0.1 and trainer.kl_coef == 0.0 and (tmp_path / "reference" / "config.json").is_file()
+    ref = dict(trainer.ref_model.named_parameters())
+    for name, p in trainer.model.named_parameters():
+        assert torch.equal(p, ref[name]), name
+
+
 def test_contract_and_clear_errors(tmp_path):
     trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
     rows = trainer.rollout_func.rows
