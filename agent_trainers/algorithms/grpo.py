@@ -53,8 +53,8 @@ class EpochSeededRepeatSampler(RepeatSampler):
     """
 
     def set_epoch(self, epoch: int) -> None:
-        """Reseed the shuffle for ``epoch``."""
-        if self.seed is not None:
+        """Reseed the shuffle for ``epoch`` (nothing to do without shuffling or a seed)."""
+        if self.shuffle and self.seed is not None:
             self.generator.manual_seed(int(self.seed) * 1_000_003 + int(epoch))
 
 

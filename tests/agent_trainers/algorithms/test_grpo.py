@@ -137,6 +137,22 @@ def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
         assert abs(logged["kl_reward/mean"]) < 1e-4
 
 
+def test_epoch_order_depends_only_on_seed_and_epoch(tmp_path):
+    from agent_trainers.algorithms.grpo import EpochSeededRepeatSampler
+
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, EpochSeededRepeatSampler)
+    orders = []
+    for epoch in (0, 1, 0):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert orders[0] == orders[2] != orders[1] and sorted(orders[0]) == sorted(orders[1])
+    unshuffled = EpochSeededRepeatSampler(range(4), mini_repeat_count=2, shuffle=False, seed=0)
+    unshuffled.set_epoch(3)
+    assert list(unshuffled) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
 def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
     trainer = make_trainer(tmp_path, "grpo", "outcome", scripted, beta=0.1)
     assert trainer.beta == 0.1 and trainer.kl_coef == 0.0 and (tmp_path / "reference" / "config.json").is_file()
