@@ -1,12 +1,14 @@
 """Drive ``agent_gym`` environments from RL trainers.
 
-Modules (import what you need; nothing heavy is imported here):
+Four layers; each imports only the ones below it (nothing heavy is imported here):
 
-* :mod:`agent_trainers.rollout` - multi-turn rollouts with exact token ids and loss masks;
-* :mod:`agent_trainers.policies`, :mod:`agent_trainers.models` - generation back ends, SmolLM2 / tiny models;
-* :mod:`agent_trainers.grpo` - TRL ``GRPOTrainer`` with our rollouts as ``rollout_func``, turn-level advantages;
-* :mod:`agent_trainers.env_factory` - a TRL ``environment_factory`` generated from an env id;
-* :mod:`agent_trainers.sft` - cold-start SFT on oracle trajectories (TRL ``SFTTrainer``);
-* :mod:`agent_trainers.evaluate`, :mod:`agent_trainers.train`, :mod:`agent_trainers.cli` - evaluation,
-  the training pipeline and the ``agent-r1`` command line.
+* :mod:`agent_trainers.pipeline` - config (``algorithm``, ``device``, ``report_to``), the stage
+  table, training, the main job, the ``agent-r1`` command line;
+* :mod:`agent_trainers.algorithms` - trajectories -> tensors, advantage estimators (GRPO, RLOO,
+  REINFORCE++, REINFORCE++-baseline), the adapter on TRL's ``GRPOTrainer``, SFT, TRL's
+  ``environment_factory``, evaluation;
+* :mod:`agent_trainers.rollout` - trajectory types, incremental tokenisation, the multi-turn
+  engine, the token-exactness checker, JSONL export, the rollout CLI;
+* :mod:`agent_trainers.policies` - one sampling type, the transformers / vLLM / OpenAI-compatible /
+  scripted backends, and the one model loader.
 """

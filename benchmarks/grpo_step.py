@@ -3,7 +3,7 @@
 Both paths train the same model on the same env, batch and token budget with
 TRL's ``GRPOTrainer``; only the rollout differs:
 
-* ours  - :class:`agent_trainers.grpo.EnvRolloutFunc` (batched generation across
+* ours  - :class:`agent_trainers.algorithms.EnvRolloutFunc` (batched generation across
   episodes, exact token ids, env tokens masked), ``AgentGRPOTrainer``;
 * TRL's - ``environment_factory=make_environment_factory(env_id)``; TRL's tool
   loop runs tools one at a time.
@@ -66,18 +66,9 @@ def _parse() -> Args:
 
 
 def _model(args: Args):
-    from agent_trainers.models import load_smollm2, tiny_random_model
+    from agent_trainers.policies import load_model
 
-    if args.model == "smollm2":
-        return load_smollm2()
-    if args.model == "tiny-random":
-        return tiny_random_model()
-    from pathlib import Path
-
-    from agent_trainers.config import TrainConfig
-    from agent_trainers.train import load_policy_model
-
-    return load_policy_model(TrainConfig(), Path(args.model))
+    return load_model(args.model, device="cpu")
 
 
 def _run_path(args: Args) -> dict[str, float]:
@@ -88,8 +79,10 @@ def _run_path(args: Args) -> dict[str, float]:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from agent_trainers.env_factory import make_environment_factory, trl_dataset_rows, with_hermes_response_parser
-    from agent_trainers.grpo import AgentGRPOTrainer, EnvRolloutFunc, env_reward, grpo_dataset_rows, make_grpo_config
+    from agent_trainers.algorithms.env_factory import make_environment_factory, trl_dataset_rows
+    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
+    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_args import make_grpo_config
     from agent_trainers.rollout import RolloutConfig
 
     if args.threads:
@@ -130,7 +123,6 @@ def _run_path(args: Args) -> dict[str, float]:
             advantage="turn",
         )
     else:
-        with_hermes_response_parser(tok)
         cfg = make_grpo_config(
             max_completion_length=args.completion_budget,
             max_tool_calling_iterations=args.max_turns,

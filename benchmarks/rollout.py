@@ -30,8 +30,7 @@ import gymnasium as gym
 import torch
 
 import agent_gym  # noqa: F401  (registers the environment ids)
-from agent_trainers.models import load_smollm2
-from agent_trainers.policies import Generation, ScriptedPolicy, TransformersPolicy
+from agent_trainers.policies import Generation, SamplingParams, ScriptedPolicy, TransformersPolicy, load_model
 from agent_trainers.rollout import RolloutConfig, rollout
 
 
@@ -70,9 +69,9 @@ class RecordingPolicy:
         self.calls: list[tuple[list[list[int]], list[Generation]]] = []
         self.generate_s = 0.0
 
-    def generate(self, prompts: list[list[int]], **kwargs: Any) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         start = time.perf_counter()
-        gens = self.inner.generate(prompts, **kwargs)
+        gens = self.inner.generate(prompts, params)
         self.generate_s += time.perf_counter() - start
         self.calls.append(([list(p) for p in prompts], gens))
         return gens
@@ -178,7 +177,7 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(f"args: {args}  torch threads: {torch.get_num_threads()}")
-    model, tok = load_smollm2()
+    model, tok = load_model("smollm2", device="cpu")
     overhead(args, model, tok)
     overlap(args, tok)
 

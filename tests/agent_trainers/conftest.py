@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from agent_gym.envs import _STOP_REASON
-from agent_trainers.models import load_smollm2_tokenizer, tiny_random_model
+from agent_trainers.policies import load_tokenizer, tiny_random_model
 from tests.conftest import LookupEnv
 
 LOOKUP_ID = "Test/Lookup-v0"
@@ -48,7 +48,7 @@ register_test_envs()
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
     """SmolLM2-135M-Instruct's tokenizer with the ChatML tool template (session-cached)."""
-    return load_smollm2_tokenizer()
+    return load_tokenizer("smollm2")
 
 
 @pytest.fixture(scope="session")

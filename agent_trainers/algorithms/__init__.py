@@ -1,0 +1,51 @@
+"""RL algorithms over rollouts (the layer above :mod:`agent_trainers.rollout`).
+
+* :mod:`.tensors` - trajectories -> per-token rewards, masks, turn indices;
+* :mod:`.advantages` - the estimator registry (:class:`Algorithm`: ``grpo``,
+  ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``; :class:`AdvantageMode`);
+* :mod:`.rollout_func` - our engine as TRL's ``rollout_func`` (:class:`EnvRolloutFunc`), :func:`env_reward`;
+* :mod:`.grpo` - :class:`AgentGRPOTrainer`: TRL's ``GRPOTrainer`` with advantages from the registry;
+* :mod:`.checkpoints` - exact resume (rollout state in checkpoints, last complete checkpoint);
+* :mod:`.trl_args` - device / precision / logger arguments (:func:`make_grpo_config`, :func:`make_sft_config`);
+* :mod:`.sft` - cold-start SFT on oracle trajectories;
+* :mod:`.env_factory` - a TRL ``environment_factory`` from an env id;
+* :mod:`.evaluate` - evaluation on held-aside tasks.
+
+Names are imported lazily, so ``from agent_trainers.algorithms import Algorithm``
+does not import TRL.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
+
+_LAZY = {
+    "AgentGRPOTrainer": "grpo",
+    "EnvRolloutFunc": "rollout_func",
+    "env_reward": "rollout_func",
+    "episode_metrics": "rollout_func",
+    "grpo_dataset_rows": "rollout_func",
+    "RewardBatch": "tensors",
+    "reward_batch": "tensors",
+    "discounted_returns": "tensors",
+    "ReportTo": "trl_args",
+    "make_grpo_config": "trl_args",
+    "make_sft_config": "trl_args",
+    "last_complete_checkpoint": "checkpoints",
+    "oracle_episodes": "sft",
+    "run_sft": "sft",
+    "make_environment_factory": "env_factory",
+    "trl_dataset_rows": "env_factory",
+    "EvalResult": "evaluate",
+}
+
+__all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "compute_advantages", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"agent_trainers.algorithms.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'agent_trainers.algorithms' has no attribute {name!r}")

@@ -1,0 +1,138 @@
+"""Trajectories -> tensors: per-token rewards, masks and turn indices of a padded batch.
+
+Layout of one row (the completion of one trajectory, right-padded to ``T``)::
+
+    turn 0 model tokens | turn 0 env tokens | turn 1 model tokens | ... | padding
+    reward r_0 on the last model token of turn 0, r_1 on the last of turn 1, ...
+
+* every turn's env reward - process terms and, on the last turn, the outcome -
+  sits on the **last model token of that turn** (the end of the agent's step);
+* ``turn_index`` numbers the turn each token belongs to: a turn's model tokens
+  and the env tokens that answer them share it (padding is -1);
+* :func:`discounted_returns` discounts by ``gamma`` once per turn boundary, so
+  ``gamma`` is a per-turn (per agent step) discount, as in the paper's MDP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agent_trainers.rollout.types import Trajectory
+
+__all__ = ["RewardBatch", "discounted_returns", "reward_batch"]
+
+
+@dataclass
+class RewardBatch:
+    """Rewards and masks of a batch of trajectories, as ``(B, T)`` tensors.
+
+    Attributes:
+        token_rewards: Turn rewards on the last model token of each turn, 0 elsewhere.
+        model_mask: True on model-generated tokens.
+        valid: True on completion tokens (False on padding).
+        turn_index: Turn of each token (model and env tokens of a turn share it); -1 on padding.
+        turn_starts: Per row, the first token of each turn.
+        scores: ``(B,)`` total env reward of each trajectory (undiscounted).
+        sampling_logprobs: The rollout's sampling log-probs (0 on env tokens and padding).
+        group_size: Rollouts per task; row ``b`` is in group ``b // group_size``.
+    """
+
+    token_rewards: torch.Tensor
+    model_mask: torch.Tensor
+    valid: torch.Tensor
+    turn_index: torch.Tensor
+    turn_starts: list[list[int]]
+    scores: torch.Tensor
+    sampling_logprobs: torch.Tensor
+    group_size: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(B, T)``."""
+        return (int(self.token_rewards.shape[0]), int(self.token_rewards.shape[1]))
+
+
+def _fill_row(batch: RewardBatch, b: int, traj: Trajectory) -> None:
+    n = len(traj.completion_ids)
+    batch.valid[b, :n] = True
+    batch.model_mask[b, :n] = torch.tensor([bool(m) for m in traj.loss_mask], dtype=torch.bool) if n else False
+    if traj.logprobs:
+        batch.sampling_logprobs[b, :n] = torch.tensor(traj.logprobs, dtype=torch.float32)
+    for k, turn in enumerate(traj.turns):
+        batch.turn_index[b, turn.start : turn.env_end] = k
+        if turn.end <= turn.start:
+            if turn.reward != 0.0:
+                raise ValueError(f"trajectory {b}: turn {k} has a reward but no model token to carry it")
+            continue
+        batch.token_rewards[b, turn.end - 1] += float(turn.reward)
+    batch.turn_starts.append([t.start for t in traj.turns])
+
+
+def reward_batch(
+    trajectories: Sequence[Trajectory], *, group_size: int, length: int, device: torch.device | str = "cpu"
+) -> RewardBatch:
+    """Lay ``trajectories`` out as ``(B, length)`` tensors (see the module docstring).
+
+    Args:
+        trajectories: Token-mode trajectories, group members adjacent.
+        group_size: Rollouts per task.
+        length: Padded completion width (at least the longest completion).
+        device: Where the tensors go.
+
+    Raises:
+        ValueError: The batch is not made of whole groups, a completion is
+            longer than ``length``, or a text-mode trajectory (no tokens) has turns.
+    """
+    n = len(trajectories)
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"batch size must be divisible by group_size (got {n} and {group_size})")
+    longest = max((len(t.completion_ids) for t in trajectories), default=0)
+    if longest > length:
+        raise ValueError(f"a completion has {longest} tokens, more than the batch width {length}")
+    batch = RewardBatch(
+        token_rewards=torch.zeros(n, length),
+        model_mask=torch.zeros(n, length, dtype=torch.bool),
+        valid=torch.zeros(n, length, dtype=torch.bool),
+        turn_index=torch.full((n, length), -1, dtype=torch.long),
+        turn_starts=[],
+        scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
+        sampling_logprobs=torch.zeros(n, length),
+        group_size=group_size,
+    )
+    for b, traj in enumerate(trajectories):
+        if traj.turns and not traj.completion_ids:
+            raise ValueError(f"trajectory {b} has turns but no token ids (text mode cannot be trained on)")
+        _fill_row(batch, b, traj)
+    for name in ("token_rewards", "model_mask", "valid", "turn_index", "scores", "sampling_logprobs"):
+        setattr(batch, name, getattr(batch, name).to(device))
+    return batch
+
+
+def discounted_returns(rewards: torch.Tensor, turn_index: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Returns-to-go ``G[b, t] = r[b, t] + d * G[b, t + 1]``, with ``d = gamma`` across a turn boundary, else 1.
+
+    Args:
+        rewards: ``(B, T)`` per-token rewards (0 on padding).
+        turn_index: ``(B, T)`` turn of each token (-1 on padding).
+        gamma: Per-turn discount in (0, 1].
+
+    Returns:
+        ``(B, T)`` returns; 0 on padding.
+
+    Example:
+        >>> r = torch.tensor([[0.0, 1.0, 0.0, 4.0]])  # two turns of two tokens, rewards 1 and 4
+        >>> discounted_returns(r, torch.tensor([[0, 0, 1, 1]]), gamma=0.5).tolist()
+        [[3.0, 3.0, 4.0, 4.0]]
+    """
+    out = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0]) if rewards.shape[1] else rewards.new_zeros(rewards.shape[0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        if t + 1 < rewards.shape[1]:
+            crossing = turn_index[:, t + 1] != turn_index[:, t]
+            running = running * torch.where(crossing, gamma, 1.0)
+        running = rewards[:, t] + running
+        out[:, t] = running
+    return out * (turn_index >= 0)

@@ -1,0 +1,36 @@
+"""One-line messages for configuration errors (used by every command line; imports nothing else of ours)."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+__all__ = ["one_line"]
+
+
+def _loc(parts: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in parts if not str(p).startswith("function-"))
+
+
+def one_line(error: BaseException) -> str:
+    """A one-line description of a config error: pydantic's errors as ``where: what (got X)``, joined by ``; ``.
+
+    Example:
+        >>> from pydantic import BaseModel
+        >>> class C(BaseModel):
+        ...     steps: int
+        >>> try:
+        ...     C(steps="abc")
+        ... except ValueError as e:
+        ...     print(one_line(e))
+        steps: Input should be a valid integer, unable to parse string as an integer (got 'abc')
+    """
+    if not isinstance(error, ValidationError):
+        return " ".join(str(error).split())
+    parts = []
+    for err in error.errors(include_url=False):
+        where = _loc(err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if err.get("type") == "value_error" or isinstance(got, dict) else f" (got {got!r})"
+        parts.append(f"{where}: {msg}{shown}" if where else f"{msg}{shown}")
+    return "; ".join(parts)

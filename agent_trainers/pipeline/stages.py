@@ -1,0 +1,277 @@
+"""The stage table of ``agent-r1 train``: stages are data, run in order.
+
+=================  =====================================  ==================================
+stage              runs when                              does
+=================  =====================================  ==================================
+``eval_before``    not resuming an RL run                 evaluate the loaded model
+``sft``            ``sft.enabled``                        cold-start SFT (or reload it on resume)
+``eval_after_sft`` SFT ran in this call                   evaluate
+``rl``             ``rl.enabled``                         RL with ``algorithm`` (see :data:`RL_TRAINERS`)
+``eval_final``     always                                 evaluate, save ``final/``
+=================  =====================================  ==================================
+
+:data:`RL_TRAINERS` maps each :class:`~agent_trainers.algorithms.Algorithm` to
+the function that runs its RL stage; adding an algorithm with its own trainer
+(e.g. PPO) is one entry here plus one enum value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from transformers import TrainerCallback
+
+from agent_trainers.algorithms.advantages import Algorithm
+from agent_trainers.algorithms.evaluate import EvalResult, evaluate
+from agent_trainers.pipeline.config import TrainConfig
+from agent_trainers.pipeline.plots import MetricsLog
+from agent_trainers.policies.loader import load_model
+from agent_trainers.policies.transformers_policy import TransformersPolicy
+
+__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "train_tasks"]
+
+EVAL_SEED = 12345
+"""Env seed of every evaluation (tool noise), so evaluations are comparable."""
+
+
+@contextlib.contextmanager
+def _own_rng() -> Iterator[None]:
+    """Run a block without disturbing torch's global RNG (evaluations must not shift training's samples)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+@dataclass
+class RunState:
+    """What flows between stages.
+
+    Attributes:
+        config: The validated config.
+        out: The run folder.
+        model: The current policy.
+        tokenizer: Its tokenizer.
+        log: ``metrics.jsonl``.
+        resume: Continue an interrupted run.
+        evals: ``(phase, result)`` in order.
+        callbacks: Extra ``TrainerCallback`` s for the RL trainer (e.g. tests stopping a run).
+        sft_ran: SFT trained in this call (not reloaded).
+        rl_checkpoint: The RL checkpoint being resumed from, if any.
+    """
+
+    config: TrainConfig
+    out: Path
+    model: Any
+    tokenizer: Any
+    log: MetricsLog
+    resume: bool = False
+    evals: list[tuple[str, EvalResult]] = field(default_factory=list)
+    callbacks: list[TrainerCallback] = field(default_factory=list)
+    sft_ran: bool = False
+    rl_checkpoint: Path | None = None
+
+    def evaluate(self, phase: str, step: int, model: Any | None = None) -> EvalResult:
+        """Evaluate ``model`` (default: the current one) on the held-aside tasks and log it."""
+        model = self.model if model is None else model
+        c = self.config
+        was_training = model.training
+        model.eval()
+        policy = TransformersPolicy(model, self.tokenizer, batch_size=8, seed=c.seed)
+        rollout_config = dataclasses.replace(c.rollout, temperature=c.eval.temperature)
+        tasks = list(range(min(c.eval.tasks, _num_tasks(c.env.id, c.env.eval_kwargs))))
+        with _own_rng():
+            result = evaluate(
+                policy, c.env.id, tasks, env_kwargs=c.env.eval_kwargs, config=rollout_config, seed=EVAL_SEED
+            )
+        model.train(was_training)
+        self.evals.append((phase, result))
+        self.log.write({"stage": "eval", "phase": phase, "step": step, **result.as_dict()})
+        return result
+
+
+def _num_tasks(env_id: str, kwargs: dict[str, Any]) -> int:
+    env = gym.make(env_id, **kwargs)
+    try:
+        return int(env.unwrapped.num_tasks())
+    finally:
+        env.close()
+
+
+def train_tasks(config: TrainConfig) -> list[int]:
+    """The training task indices: the first ``env.train_tasks`` (or all) of the training split."""
+    n = _num_tasks(config.env.id, config.env.train_kwargs)
+    if config.env.train_tasks is not None:
+        n = min(n, config.env.train_tasks)
+    return list(range(n))
+
+
+# --------------------------------------------------------------------- SFT
+def run_sft_stage(state: RunState) -> None:
+    """Cold-start SFT on oracle episodes, or reload a finished one when resuming."""
+    from agent_trainers.algorithms.sft import oracle_episodes, run_sft
+    from agent_trainers.algorithms.trl_args import make_sft_config
+
+    c, sft_dir = state.config, state.out / "sft"
+    if state.resume and (sft_dir / "DONE").is_file():
+        state.model, state.tokenizer = load_model(sft_dir, device=c.device)
+        return
+    tasks = train_tasks(c)
+    picks = [tasks[i % len(tasks)] for i in range(c.sft.episodes)]
+    episodes = oracle_episodes(c.env.id, picks, env_kwargs=c.env.train_kwargs, seed=c.seed)
+    args = make_sft_config(
+        device=c.device,
+        bf16=c.bf16,
+        report_to=c.report_to,
+        output_dir=str(sft_dir / "trainer"),
+        num_train_epochs=c.sft.epochs,
+        learning_rate=c.sft.learning_rate,
+        per_device_train_batch_size=c.sft.batch_size,
+        max_length=c.sft.max_length,
+        seed=c.seed,
+    )
+    state.model.train()
+    trainer = run_sft(state.model, state.tokenizer, episodes, args)
+    state.model.eval()
+    for record in trainer.state.log_history:
+        numeric = {k: float(v) for k, v in record.items() if isinstance(v, int | float)}
+        state.log.write({**numeric, "stage": "sft", "step": int(record.get("step", 0))})
+    state.model.save_pretrained(sft_dir)
+    state.tokenizer.save_pretrained(sft_dir)
+    (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
+    state.sft_ran = True
+
+
+# ---------------------------------------------------------------------- RL
+class _RLCallback(TrainerCallback):
+    """Logs the trainer's metrics to ``metrics.jsonl`` and evaluates every ``eval.every`` steps."""
+
+    def __init__(self, state: RunState, trainer: Any):
+        self.state, self.trainer = state, trainer
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        numeric = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
+        self.state.log.write(
+            {**numeric, "stage": "rl", "algorithm": str(self.state.config.algorithm), "step": int(state.global_step)}
+        )
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        every = self.state.config.eval.every
+        if every and state.global_step % every == 0 and state.global_step < state.max_steps:
+            step = int(state.global_step)
+            self.state.evaluate(f"rl_step_{step}", step, model=self.trainer.model)
+
+
+def run_trl_rl_stage(state: RunState) -> None:
+    """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
+    from datasets import Dataset
+
+    from agent_trainers.algorithms.checkpoints import last_complete_checkpoint, load_rollout_state
+    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
+    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_args import make_grpo_config
+
+    c, r = state.config, state.config.rl
+    rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
+    rollout_fn = EnvRolloutFunc(
+        rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed, loss_mask=r.loss_mask
+    )
+    args = make_grpo_config(
+        device=c.device,
+        bf16=c.bf16,
+        report_to=c.report_to,
+        output_dir=str(state.out / "rl"),
+        max_steps=r.steps,
+        per_device_train_batch_size=r.num_generations * r.prompts_per_step,
+        num_generations=r.num_generations,
+        gradient_accumulation_steps=1,
+        learning_rate=r.learning_rate,
+        beta=r.beta,
+        temperature=c.rollout.temperature,
+        top_p=c.rollout.top_p,
+        loss_type=r.loss_type.value,
+        scale_rewards=r.scale_rewards.value,
+        save_strategy="steps",
+        save_steps=r.save_steps,
+        seed=c.seed,
+        max_completion_length=c.rollout.max_total_tokens,
+    )
+    trainer = AgentGRPOTrainer(
+        model=state.model,
+        reward_funcs=[env_reward],
+        args=args,
+        processing_class=state.tokenizer,
+        train_dataset=Dataset.from_list(rows),
+        rollout_func=rollout_fn,
+        algorithm=c.algorithm,
+        advantage=r.advantage,
+        gamma=r.gamma,
+    )
+    trainer.add_callback(_RLCallback(state, trainer))
+    for callback in state.callbacks:
+        trainer.add_callback(callback)
+    checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
+    if checkpoint is not None:
+        load_rollout_state(checkpoint, rollout_fn)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    state.model = trainer.model
+
+
+RL_TRAINERS: dict[Algorithm, Callable[[RunState], None]] = {
+    Algorithm.GRPO: run_trl_rl_stage,
+    Algorithm.RLOO: run_trl_rl_stage,
+    Algorithm.REINFORCE_PP: run_trl_rl_stage,
+    Algorithm.REINFORCE_PP_BASELINE: run_trl_rl_stage,
+}
+"""Which function runs the RL stage of each algorithm."""
+
+
+def run_rl_stage(state: RunState) -> None:
+    """Dispatch to the algorithm's RL trainer."""
+    RL_TRAINERS[state.config.algorithm](state)
+
+
+def run_final_stage(state: RunState) -> None:
+    """Evaluate the final model and save it with its tokenizer under ``final/``."""
+    c = state.config
+    state.evaluate("final", c.rl.steps if c.rl.enabled else 0)
+    state.model.save_pretrained(state.out / "final")
+    state.tokenizer.save_pretrained(state.out / "final")
+    (state.out / "final" / "agent_r1.json").write_text(json.dumps({"algorithm": str(c.algorithm)}) + "\n")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One row of the stage table."""
+
+    name: str
+    """Stage name (shown in logs)."""
+    enabled: Callable[[RunState], bool]
+    """Whether it runs, given the state so far."""
+    run: Callable[[RunState], None]
+    """What it does."""
+
+
+def _eval_before(state: RunState) -> None:
+    state.evaluate("before", 0)
+
+
+def _eval_after_sft(state: RunState) -> None:
+    state.evaluate("after_sft", 0)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("eval_before", lambda s: s.rl_checkpoint is None, _eval_before),
+    Stage("sft", lambda s: s.config.sft.enabled, run_sft_stage),
+    Stage("eval_after_sft", lambda s: s.sft_ran, _eval_after_sft),
+    Stage("rl", lambda s: s.config.rl.enabled, run_rl_stage),
+    Stage("eval_final", lambda s: True, run_final_stage),
+)
+"""The stages of ``agent-r1 train``, in order."""

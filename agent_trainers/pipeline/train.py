@@ -1,0 +1,101 @@
+"""The ``agent-r1 train`` pipeline: run the stage table (:data:`agent_trainers.pipeline.stages.STAGES`).
+
+Everything a run produces goes under ``config.output_dir``::
+
+    config.yaml        the resolved config
+    metrics.jsonl      one record per log/eval event ({"stage", "step", ...})
+    sft/               the model after SFT (and a DONE marker, for --resume)
+    rl/checkpoint-N    TRL checkpoints (model, optimizer, RNG, trainer state, rollout state)
+    rl/runs/           TensorBoard event files (report_to: tensorboard)
+    final/             the final model and tokenizer
+    plots/*.png        held-aside eval and training curves
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from transformers import TrainerCallback, set_seed
+
+from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
+from agent_trainers.algorithms.evaluate import EvalResult
+from agent_trainers.pipeline.config import TrainConfig
+from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
+from agent_trainers.pipeline.stages import STAGES, RunState
+from agent_trainers.policies.loader import load_model
+
+__all__ = ["RunResult", "run_training", "seed_everything"]
+
+
+@dataclass
+class RunResult:
+    """What a run measured.
+
+    Attributes:
+        evals: ``(phase, result)`` in order: ``before``, ``after_sft``, ``rl_step_N``..., ``final``.
+        output_dir: Where everything was written.
+        plot: The held-aside eval plot, if one was drawn.
+    """
+
+    evals: list[tuple[str, EvalResult]]
+    output_dir: Path
+    plot: Path | None
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (and transformers' helpers)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    set_seed(seed)
+
+
+def _plots(config: TrainConfig, out: Path) -> Path | None:
+    records = read_jsonl(out / "metrics.jsonl")
+    plot = plot_metrics(
+        [r for r in records if r.get("stage") == "eval"],
+        out / "plots" / "eval.png",
+        keys=["reward", "em", "f1", "tool_call_rate"],
+        title=f"{config.env.id}: held-aside eval",
+    )
+    plot_metrics(
+        [r for r in records if r.get("stage") == "rl"],
+        out / "plots" / "train.png",
+        keys=["reward", "loss", "rollout/turns", "episode/answer_f1"],
+        title=f"{config.algorithm} training",
+    )
+    return plot
+
+
+def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
+    """Run the enabled stages of :data:`~agent_trainers.pipeline.stages.STAGES` end to end.
+
+    Args:
+        config: The validated configuration.
+        resume: Continue an interrupted run in ``config.output_dir``: a finished
+            SFT stage is reloaded, RL resumes exactly from its last complete checkpoint.
+        callbacks: Extra ``TrainerCallback`` s for the RL trainer.
+
+    Returns:
+        The evaluations, output folder and plot path.
+    """
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    seed_everything(config.seed)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
+    state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl"), resume=resume)
+    state.callbacks = list(callbacks)
+    state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None
+    for stage in STAGES:
+        if stage.enabled(state):
+            stage.run(state)
+    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out))

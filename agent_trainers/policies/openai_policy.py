@@ -1,0 +1,164 @@
+"""Any OpenAI-compatible ``/chat/completions`` endpoint, for evaluation: :class:`OpenAIPolicy`.
+
+Text only: the server's tokenizer is unknown, so there are no token ids or
+log-probs; the rollout engine then runs in text mode (``loss_mask`` and
+``logprobs`` stay empty). Use it to evaluate, never to train.
+
+Requests go through one pooled ``httpx.Client``. Each completion has a *total*
+deadline (``timeout_s``) that covers connecting, every retry and reading the
+body: the body is streamed and abandoned as soon as the deadline passes or it
+grows past ``max_response_bytes``; each read waits at most for the time left.
+Connection errors, time-outs and HTTP 408/429/5xx answers are retried at most
+``max_retries`` times with exponential back-off, never past the deadline; any
+other HTTP error fails at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from agent_trainers.policies.sampling import FinishReason, Generation, SamplingParams
+
+__all__ = ["EndpointError", "OpenAIPolicy"]
+
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class EndpointError(RuntimeError):
+    """The endpoint failed (after the allowed retries) or answered something unusable."""
+
+
+class _Retryable(Exception):
+    """An attempt failed in a way worth retrying (internal)."""
+
+
+class OpenAIPolicy:
+    """Chat completions from an OpenAI-compatible server (vLLM, llama.cpp, TGI, OpenAI, ...).
+
+    Args:
+        base_url: e.g. ``"http://127.0.0.1:8000/v1"``.
+        model: The ``model`` field of each request.
+        api_key: Sent as a bearer token when given.
+        timeout_s: Total deadline of one completion, retries included.
+        max_retries: Retries after the first attempt (connection errors, 408/429/5xx).
+        backoff_s: First back-off; doubled after each retry.
+        max_response_bytes: Larger response bodies are refused.
+
+    Example:
+        >>> with OpenAIPolicy("http://127.0.0.1:8000/v1", "smol") as policy:  # doctest: +SKIP
+        ...     trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0])
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        backoff_s: float = 0.5,
+        max_response_bytes: int = 8_000_000,
+    ):
+        if timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or max_response_bytes < 1:
+            raise ValueError(
+                "timeout_s and max_response_bytes must be > 0, max_retries and backoff_s >= 0 "
+                f"(got {timeout_s}, {max_response_bytes}, {max_retries}, {backoff_s})"
+            )
+        self.base_url, self.model = base_url.rstrip("/"), model
+        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
+        self.max_response_bytes = max_response_bytes
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(headers=headers)
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()
+
+    def __enter__(self) -> OpenAIPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def generate_chat(self, conversations: list[list[dict[str, Any]]], params: SamplingParams) -> list[Generation]:
+        """One completion per conversation (sequentially; evaluation is not the hot path)."""
+        return [self._complete(c, params) for c in conversations]
+
+    def _complete(self, messages: list[dict[str, Any]], params: SamplingParams) -> Generation:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": params.max_new_tokens}
+        body |= {"temperature": params.temperature, "top_p": params.top_p}
+        if params.stop:
+            body["stop"] = list(params.stop)[:4]  # the OpenAI API takes at most four
+        payload = self._post(body)
+        try:
+            choice = payload["choices"][0]
+            text = choice["message"].get("content") or ""
+            reason = choice.get("finish_reason") or "stop"
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise EndpointError(f"{self.base_url}: unexpected response {str(payload)[:200]!r}") from exc
+        if reason == "stop" and params.stop and not any(s in text for s in params.stop):
+            # OpenAI servers drop the matched stop string; the env needs the closed tag.
+            text += _closing_stop(text, params.stop)
+        finish = FinishReason.LENGTH if reason == "length" else FinishReason.STOP
+        return Generation(token_ids=[], logprobs=[], finish_reason=finish, text=text)
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries and back-off under one total deadline."""
+        deadline = time.monotonic() + self.timeout_s
+        last = "no attempt"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                pause = min(self.backoff_s * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic()))
+                time.sleep(pause)
+            if time.monotonic() >= deadline:
+                break
+            try:
+                return self._attempt(body, deadline)
+            except _Retryable as exc:
+                last = str(exc)
+        raise EndpointError(
+            f"{self.base_url}/chat/completions failed within {self.timeout_s} s "
+            f"({self.max_retries} retries allowed): {last}"
+        )
+
+    def _attempt(self, body: dict[str, Any], deadline: float) -> dict[str, Any]:
+        timeout = httpx.Timeout(max(0.01, deadline - time.monotonic()))
+        try:
+            with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body, timeout=timeout) as resp:
+                data = self._read(resp, deadline)
+        except httpx.TransportError as exc:  # connect errors, time-outs, broken connections
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        if resp.status_code in _RETRY_STATUS:
+            raise _Retryable(f"HTTP {resp.status_code}: {data[:200]!r}")
+        if resp.status_code >= 400:
+            raise EndpointError(f"{self.base_url}: HTTP {resp.status_code}: {data[:300]!r}")
+        try:
+            return json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise EndpointError(f"{self.base_url}: response is not JSON: {data[:200]!r}") from exc
+
+    def _read(self, resp: httpx.Response, deadline: float) -> bytes:
+        chunks, size = [], 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise EndpointError(f"{self.base_url}: response larger than {self.max_response_bytes} bytes")
+            if time.monotonic() > deadline:
+                raise _Retryable(f"response body not complete within {self.timeout_s} s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _closing_stop(text: str, stop: Sequence[str]) -> str:
+    """The stop string a server stripped from ``text``: the one whose opening tag is still open."""
+    for s in stop:
+        opening = s.replace("</", "<", 1)
+        if s.startswith("</") and text.rfind(opening) > text.rfind(s):
+            return s
+    return ""

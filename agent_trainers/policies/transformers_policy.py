@@ -1,0 +1,151 @@
+"""Batched sampling with any ``transformers`` causal LM (CPU or GPU): :class:`TransformersPolicy`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedTokenizerBase,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+
+from agent_trainers.policies.sampling import (
+    FinishReason,
+    Generation,
+    SamplingParams,
+    cut_at_stop,
+    end_token_ids,
+    stop_window,
+)
+
+__all__ = ["TransformersPolicy"]
+
+
+class _RecordLogprobs(LogitsProcessor):
+    """Records ``log_softmax(logits / T)`` of each sampled token, from the same logits.
+
+    transformers runs custom processors before its temperature / top-p warpers,
+    so ``scores`` here are the model's logits; the row of step t is kept until
+    step t+1 reveals which token was sampled from it.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.prev: torch.Tensor | None = None
+        self.taken: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.gather(input_ids[:, -1])
+        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def gather(self, last: torch.Tensor) -> None:
+        if self.prev is not None:
+            self.taken.append(self.prev.gather(1, last.view(-1, 1)).squeeze(1))
+            self.prev = None
+
+
+class _StopOnText(StoppingCriteria):
+    """Marks a row done once its newest tokens decode to text containing a stop string."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], prompt_len: int):
+        self.tokenizer, self.stop, self.prompt_len = tokenizer, list(stop), prompt_len
+        self.window = stop_window(stop)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        start = max(self.prompt_len, input_ids.shape[1] - self.window)
+        tails = self.tokenizer.batch_decode(
+            input_ids[:, start:], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+        for i, tail in enumerate(tails):
+            done[i] = any(s in tail for s in self.stop)
+        return done
+
+
+class TransformersPolicy:
+    """Batched sampling with a ``transformers`` causal LM, on the model's device.
+
+    Args:
+        model: A causal LM (e.g. from :func:`agent_trainers.policies.load_model`).
+        tokenizer: Its tokenizer (padding is done here, on the left).
+        batch_size: Prompts per ``model.generate`` call.
+        seed: Seeds torch's RNG before each call (call ``k`` uses ``seed + k``),
+            so a rollout is reproducible given the seed.
+
+    Example:
+        >>> policy = TransformersPolicy(*load_model("tiny-random"))  # doctest: +SKIP
+        >>> gens = policy.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))  # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any, tokenizer: PreTrainedTokenizerBase, *, batch_size: int = 8, seed: int = 0):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.seed = batch_size, seed
+        self.calls = 0
+        self._end_ids = end_token_ids(tokenizer)
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._end_ids)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one continuation per prompt (see :mod:`agent_trainers.policies.sampling`)."""
+        out: list[Generation] = []
+        for i in range(0, len(prompts), self.batch_size):
+            out.extend(self._generate_batch(prompts[i : i + self.batch_size], params))
+        return out
+
+    def _pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            if not p:
+                raise ValueError("every prompt needs at least one token")
+            ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[row, width - len(p) :] = 1
+        device = next(self.model.parameters()).device
+        return ids.to(device), mask.to(device)
+
+    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
+        sample = not params.greedy
+        return GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=sample,
+            temperature=params.temperature if sample else None,
+            top_p=params.top_p if sample else None,
+            top_k=None,
+            eos_token_id=sorted(self._end_ids),
+            pad_token_id=self._pad_id,
+        )
+
+    @torch.inference_mode()
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        ids, mask = self._pad(prompts)
+        recorder = _RecordLogprobs(params.temperature)
+        stop = params.stop
+        criteria = StoppingCriteriaList([_StopOnText(self.tokenizer, stop, ids.shape[1])] if stop else [])
+        torch.manual_seed(self.seed + self.calls)
+        self.calls += 1
+        seqs = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=self._generation_config(params),
+            logits_processor=LogitsProcessorList([recorder]),
+            stopping_criteria=criteria,
+        )
+        new = seqs[:, ids.shape[1] :]
+        if new.shape[1]:
+            recorder.gather(new[:, -1])
+        lps = torch.stack(recorder.taken, dim=1) if recorder.taken else torch.zeros_like(new, dtype=torch.float)
+        return [self._finish(new[r].tolist(), lps[r].tolist(), stop) for r in range(new.shape[0])]
+
+    def _finish(self, ids: list[int], lps: list[float], stop: Sequence[str]) -> Generation:
+        n, stopped = cut_at_stop(ids, self.tokenizer, stop, self._end_ids)
+        reason = FinishReason.STOP if stopped else FinishReason.LENGTH
+        return Generation(token_ids=ids[:n], logprobs=lps[:n], finish_reason=reason)

@@ -1,0 +1,64 @@
+"""How rollouts are played: :class:`RolloutConfig` (the one rollout settings type)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
+from agent_trainers.policies.sampling import SamplingParams
+
+__all__ = ["RolloutConfig"]
+
+
+@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True))
+class RolloutConfig:
+    """How rollouts are played (the ``rollout:`` section of an ``agent-r1`` config).
+
+    A pydantic dataclass: field types are checked when it is built, and each
+    field's docstring is its help text (the rollout CLI's options are made from
+    these fields). The group size is not here: it belongs to the caller (GRPO's
+    ``num_generations``, ``--group-size``), and is an argument of
+    :func:`agent_trainers.rollout.rollout`.
+    """
+
+    max_turns: int | None = None
+    """Turn limit (``max_episode_steps``); ``None`` keeps the env's registered limit."""
+    max_new_tokens_per_turn: int = 256
+    """Most tokens the model may generate in one turn."""
+    max_total_tokens: int = 2048
+    """Token budget per trajectory (prompt + completion); exceeding it ends the episode ("token_budget")."""
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    tool_workers: int = 8
+    """Threads that run env steps (tool calls) concurrently."""
+    tool_timeout_s: float = 30.0
+    """Per-step time-out; a step that takes longer ends its episode ("tool_timeout", truncated)."""
+    same_noise_in_group: bool = False
+    """Reset all members of a group with the same seed (same tool noise) instead of distinct seeds."""
+    render_tools: bool = False
+    """Pass ``info["tools"]`` to the chat template as ``tools=``. Off by default: a ToolEnv's
+    system prompt already lists its tools, and listing them twice wastes context."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 or None (got {self.max_turns})")
+        for name in ("max_total_tokens", "tool_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.max_new_tokens_per_turn >= self.max_total_tokens:
+            raise ValueError(
+                "max_total_tokens must exceed max_new_tokens_per_turn "
+                f"(got {self.max_total_tokens} and {self.max_new_tokens_per_turn})"
+            )
+        if not self.tool_timeout_s > 0:
+            raise ValueError(f"tool_timeout_s must be > 0 (got {self.tool_timeout_s})")
+        self.sampling()  # the sampling fields are checked by SamplingParams, the one place that does
+
+    def sampling(self, stop: Sequence[str] = (), max_new_tokens: int | None = None) -> SamplingParams:
+        """The :class:`SamplingParams` of a turn (``max_new_tokens`` defaults to the per-turn limit)."""
+        limit = self.max_new_tokens_per_turn if max_new_tokens is None else max_new_tokens
+        return SamplingParams(max_new_tokens=limit, temperature=self.temperature, top_p=self.top_p, stop=tuple(stop))

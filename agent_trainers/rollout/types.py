@@ -1,0 +1,107 @@
+"""Trajectory types: one episode as token ids, masks, log-probs, turn spans and rewards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agent_gym import StopReason as _EnvStopReason
+
+__all__ = ["StopReason", "Trajectory", "TurnSpan"]
+
+
+class StopReason(StrEnum):
+    """Why an episode ended: the env's own reasons (from ``agent_gym``) plus the engine's.
+
+    ``Trajectory.stop_reason`` is a plain ``str``: an env may report reasons of its own.
+    """
+
+    ANSWER = str(_EnvStopReason.ANSWER)
+    """The env: an answer ended the task (``terminated``)."""
+    MAX_TURNS = str(_EnvStopReason.MAX_TURNS)
+    """The env: the turn limit ran out (``truncated``)."""
+    TOKEN_BUDGET = "token_budget"
+    """The engine: the trajectory's token budget ran out."""
+    TOOL_TIMEOUT = "tool_timeout"
+    """The engine: an env step took longer than ``tool_timeout_s``."""
+    ENV_ERROR = "env_error"
+    """The engine: the env raised an exception."""
+
+
+@dataclass
+class TurnSpan:
+    """One model turn inside ``completion_ids``.
+
+    Attributes:
+        start: First model token of the turn (index into ``completion_ids``).
+        end: One past its last model token.
+        env_end: One past the env tokens that follow it (``== end`` if none).
+        reward: Env reward of the step this turn caused (0.0 if never stepped).
+        reward_terms: The weighted reward terms of that step.
+    """
+
+    start: int
+    end: int
+    env_end: int
+    reward: float = 0.0
+    reward_terms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """One episode as token ids, masks, log-probs and rewards.
+
+    Attributes:
+        env_id: The Gymnasium id played.
+        env_kwargs: Constructor kwargs passed to ``gymnasium.make``.
+        seed: The ``reset`` seed.
+        task_id: The task's id (``info["task_id"]``).
+        task_index: The task's index (``options={"task_index": ...}``).
+        group_id: Index of the task within the rollout call; group members share it.
+        prompt_ids: Chat-templated system+user prompt incl. the generation prompt.
+        completion_ids: Everything after the prompt: model and env tokens interleaved.
+        loss_mask: Per completion token: 1 model-generated, 0 env. Empty in text mode.
+        logprobs: Per completion token: the sampling log-prob for model tokens,
+            0.0 for env tokens. Empty in text mode.
+        turns: The model turns, in order.
+        messages: The final chat history (``info["messages"]``), plus the last
+            model turn if it never reached the env (token budget, time-out).
+        metrics: ``info["metrics"]`` at the end; empty unless the env reported
+            them (absent metrics are absent, never 0.0).
+        stop_reason: A :class:`StopReason` value or the env's own.
+        terminated: The task ended (an answer was given).
+        truncated: A budget or failure cut the episode.
+        tools: Tool schemas passed to the chat template (empty when, as by
+            default, the env's system prompt lists the tools itself).
+        error: What went wrong for ``env_error`` / ``tool_timeout`` endings.
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    seed: int
+    task_id: str
+    task_index: int
+    group_id: int
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[TurnSpan] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    stop_reason: str = ""
+    terminated: bool = False
+    truncated: bool = False
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def total_reward(self) -> float:
+        """Sum of the turn rewards."""
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def turn_rewards(self) -> list[float]:
+        """The reward of each turn, in order."""
+        return [t.reward for t in self.turns]

@@ -1,0 +1,118 @@
+"""`agent-r1`: envs, train (SFT + RL, metrics, plots, checkpoints, --resume, TensorBoard), eval, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+import yaml
+
+from agent_trainers.pipeline.cli import main
+from tests.conftest import LookupEnv
+
+ENV_ID = "Test/CLILookup-v0"
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=3)
+
+
+def write_config(tmp_path, steps, **top):
+    data = {
+        "seed": 0,
+        "output_dir": str(tmp_path / "run"),
+        "device": "cpu",
+        "model": {"name": "tiny-random"},
+        "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
+        "rollout": {"max_new_tokens_per_turn": 8, "max_total_tokens": 1024},
+        "sft": {"episodes": 4, "epochs": 1.0, "batch_size": 4, "learning_rate": 1e-3},
+        "rl": {"steps": steps, "num_generations": 2, "prompts_per_step": 1, "save_steps": 1},
+        "eval": {"tasks": 1, "every": 1},
+        **top,
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def records(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_writes_metrics_plots_checkpoints_tensorboard_and_resumes(tmp_path, capsys):
+    assert main(["train", "--config", str(write_config(tmp_path, 2, report_to="tensorboard"))]) == 0
+    run = tmp_path / "run"
+    assert (run / "sft" / "DONE").is_file() and (run / "final" / "config.json").is_file()
+    assert (run / "rl" / "checkpoint-2" / "rollout_state.json").is_file()
+    assert (run / "plots" / "eval.png").stat().st_size > 0
+    events = sorted((run / "rl" / "runs").rglob("events.out.tfevents.*")) + sorted((run / "sft").rglob("events.*"))
+    assert len(events) >= 2 and all(e.stat().st_size > 0 for e in events)
+    phases = [r["phase"] for r in records(tmp_path) if r["stage"] == "eval"]
+    assert phases == ["before", "after_sft", "rl_step_1", "final"]
+    rl = [r for r in records(tmp_path) if r["stage"] == "rl" and "reward" in r]
+    assert [r["step"] for r in rl] == [1, 2] and {r["algorithm"] for r in rl} == {"grpo"}
+    assert any(r["stage"] == "sft" and "loss" in r for r in records(tmp_path))
+    assert "after_sft" in capsys.readouterr().out
+    # resume with one more step: SFT is reloaded, RL continues from checkpoint-2
+    assert main(["train", "--config", str(write_config(tmp_path, 3)), "--resume"]) == 0
+    assert [r["phase"] for r in records(tmp_path) if r["stage"] == "eval"][4:] == ["final"]
+    assert [r["step"] for r in records(tmp_path) if r["stage"] == "rl" and "reward" in r] == [1, 2, 3]
+    assert (run / "rl" / "checkpoint-3").is_dir()
+    # the trained model evaluates from its folder
+    capsys.readouterr()
+    assert main(["eval", "--env", ENV_ID, "--model", str(run / "final"), "--tasks", "1", "--split", ""]) == 0
+    assert "episodes" in capsys.readouterr().out
+
+
+def test_the_event_files_hold_the_training_curves(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert main(["train", "--config", str(write_config(tmp_path, 1, report_to="tensorboard")),
+                 "--set", "sft.enabled=false", "--set", "eval.every=0"]) == 0  # fmt: skip
+    (folder,) = {p.parent for p in (tmp_path / "run" / "rl" / "runs").rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "train/reward" in tags and "train/loss" in tags and "train/rollout/turns" in tags
+    assert [e.step for e in acc.Scalars("train/reward")] == [1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "rl.steps=abc"], "rl.steps: Input should be a valid integer, unable to parse string"),
+        (["--set", "algorithm=ppo2"], "algorithm: Input should be 'grpo', 'rloo', 'reinforce_pp' or"),
+        (["--set", "device=tpu"], "device: Input should be 'auto', 'cpu' or 'cuda' (got 'tpu')"),
+        (["--set", "report_to=mlflow"], "report_to: Input should be 'none', 'tensorboard' or 'wandb'"),
+        (["--set", "rl.num_generations=1"], "rl.num_generations: Input should be greater than or equal to 2"),
+        (["--set", "rollout.max_turnz=2"], "rollout.max_turnz: Unexpected keyword argument"),
+        (["--set", "grpo.steps=abc"], "the `grpo:` section is now `rl:`"),
+        (["--set", "novalue"], "--set expects KEY=VALUE (got 'novalue')"),
+        (["--set", "model.name=gpt-9000"], "unknown model 'gpt-9000'"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(tmp_path, capsys, args, message):
+    assert main(["train", "--config", str(write_config(tmp_path, 1)), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_config_file_is_a_one_line_error(tmp_path, capsys):
+    assert main(["train", "--config", str(tmp_path / "none.yaml")]) == 2
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["rollout", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--max-new-tokens-per-turn" in out and "Token budget per trajectory" in out
+
+
+def test_envs_lists_registry(capsys):
+    assert main(["envs"]) == 0
+    import agent_gym
+
+    out = capsys.readouterr().out
+    for env_id, _ in agent_gym.list_envs():
+        assert env_id in out

@@ -1,0 +1,77 @@
+"""The train config: shipped configs load, every algorithm is selectable, bad values name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_trainers.algorithms import AdvantageMode, Algorithm
+from agent_trainers.errors import one_line
+from agent_trainers.pipeline.config import LossType, TrainConfig, config_from_dict, load_config
+from agent_trainers.rollout import RolloutConfig
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "hotpotqa_grpo.yaml", "hotpotqa_shared.yaml", "tiny.yaml"])
+def test_shipped_configs_load(name):
+    config = load_config(CONFIGS / name)
+    assert isinstance(config.rl.advantage, AdvantageMode) and isinstance(config.rl.loss_type, LossType)
+    assert isinstance(config.rollout, RolloutConfig)
+
+
+@pytest.mark.parametrize("algorithm", [a.value for a in Algorithm])
+def test_every_algorithm_can_be_set_on_the_tiny_config(algorithm):
+    config = load_config(CONFIGS / "tiny.yaml", {"algorithm": algorithm, "output_dir": "x"})
+    assert config.algorithm is Algorithm(algorithm) and config.model.name == "tiny-random"
+
+
+def test_demo_yaml_matches_demo_settings():
+    from agent_trainers.pipeline.demo import DEMO_SETTINGS
+
+    assert load_config(CONFIGS / "demo.yaml").to_dict() == config_from_dict(DEMO_SETTINGS).to_dict()
+
+
+def test_toml_and_overrides(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('seed = 3\nalgorithm = "rloo"\n[rl]\nsteps = 4\nadvantage = "outcome"\n[eval]\nevery = 2\n')
+    config = load_config(path, {"rl.num_generations": 3, "rollout.temperature": 0.5})
+    assert (config.seed, config.rl.steps, config.rl.num_generations) == (3, 4, 3)
+    assert config.rl.advantage is AdvantageMode.OUTCOME and config.algorithm is Algorithm.RLOO
+    assert config.rollout.temperature == 0.5
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"rl": {"stepz": 1}}, "rl.stepz: Extra inputs are not permitted (got 1)"),
+        ({"rl": {"advantage": "token"}}, "rl.advantage: Input should be 'outcome' or 'turn' (got 'token')"),
+        ({"rl": {"num_generations": 1}}, "rl.num_generations: Input should be greater than or equal to 2 (got 1)"),
+        ({"rl": {"steps": 6}, "eval": {"every": 4}}, "rl.steps must be divisible by eval.every (got 6 and 4)"),
+        ({"rl": {"gamma": 1.5}}, "rl.gamma: Input should be less than or equal to 1 (got 1.5)"),
+        ({"rollout": {"max_new_tokens_per_turn": 64, "max_total_tokens": 32}}, "max_total_tokens must exceed"),
+        ({"rollout": {"temperature": -1}}, "rollout: temperature must be >= 0 (got -1.0)"),
+        ({"sft": {"enabled": False}, "rl": {"enabled": False}}, "enable at least one stage"),
+        ({"model": "smollm2"}, "model: Input should be a valid dictionary"),
+        ({"bf16": "sometimes"}, "bf16: Input should be a valid boolean"),
+    ],
+)
+def test_validation_messages_name_the_problem_on_one_line(data, message):
+    with pytest.raises(ValueError) as info:
+        config_from_dict(data)
+    assert message in one_line(info.value) and "\n" not in one_line(info.value)
+
+
+def test_bad_suffix(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text("{}")
+    with pytest.raises(ValueError, match=r"must end in \.yaml"):
+        load_config(path)
+
+
+def test_defaults_are_valid_and_round_trip():
+    config = TrainConfig()
+    assert config_from_dict(config.to_dict()) == config
+    assert config.algorithm is Algorithm.GRPO and config.device == "auto" and config.report_to == "none"
+    assert TrainConfig.model_fields["rl"].description == "RL stage."  # field docstrings are the documentation

@@ -1,0 +1,120 @@
+"""OpenAIPolicy over a real local HTTP server: text rollouts, retries, total deadline, size cap, clear errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent_trainers.policies import ChatPolicy, EndpointError, OpenAIPolicy, SamplingParams, TokenPolicy
+from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout
+from tests.agent_trainers.conftest import LOOKUP_ID
+
+REPLY = {"choices": [{"message": {"role": "assistant", "content": "<answer>Paris"}, "finish_reason": "stop"}]}
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    """Behaves according to the request's ``model`` field."""
+
+    requests: list[dict] = []
+    counts: dict[str, int] = {}
+
+    def _send(self, status: int, data: bytes, length: int | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data) if length is None else length))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        model = body["model"]
+        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        n = type(self).counts[model] = type(self).counts.get(model, 0) + 1
+        if model == "down" or (model == "flaky" and n == 1):
+            self._send(503, b'{"error": "overloaded"}')
+        elif model == "bad":
+            self._send(400, b'{"error": "max_tokens is too large"}')
+        elif model == "garbage":
+            self._send(200, b"<html>not json</html>")
+        elif model == "huge":
+            self._send(200, b"x" * 2_000_000)
+        elif model == "drip":  # one byte every 0.2 s: per-read time-outs never fire, the total deadline must
+            self._send(200, b"", length=10_000)
+            for _ in range(100):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        else:  # like OpenAI servers: the matched stop string is dropped from the content
+            self._send(200, json.dumps(REPLY).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def chat_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _ChatHandler.requests, _ChatHandler.counts = [], {}
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def ask(policy: OpenAIPolicy) -> str:
+    (gen,) = policy.generate_chat([[{"role": "user", "content": "q"}]], SamplingParams(max_new_tokens=4))
+    return gen.text or ""
+
+
+def test_openai_policy_plays_a_text_rollout(chat_server, smollm2_tokenizer):
+    policy = OpenAIPolicy(chat_server, "smol", api_key="k")
+    assert isinstance(policy, ChatPolicy) and not isinstance(policy, TokenPolicy)
+    trajs = rollout(policy, LOOKUP_ID, task_indices=[0, 1], config=RolloutConfig(temperature=0.5))
+    assert [t.metrics["answer_em"] for t in trajs] == [1.0, 0.0]
+    req = _ChatHandler.requests[0]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer k"
+    assert req["temperature"] == 0.5 and req["stop"] == ["</tool_call>", "</answer>"]
+    assert [m["role"] for m in req["messages"]] == ["system", "user"]
+    for t in trajs:
+        assert t.messages[-1]["content"] == "<answer>Paris</answer>"  # the stripped stop string restored
+        check_trajectory(t, smollm2_tokenizer)
+
+
+def test_transient_errors_are_retried_with_backoff(chat_server):
+    assert ask(OpenAIPolicy(chat_server, "flaky", backoff_s=0.05)) == "<answer>Paris"
+    assert _ChatHandler.counts["flaky"] == 2
+
+
+def test_retries_are_bounded(chat_server):
+    with pytest.raises(EndpointError, match=r"failed within .*2 retries allowed.*HTTP 503"):
+        ask(OpenAIPolicy(chat_server, "down", max_retries=2, backoff_s=0.01))
+    assert _ChatHandler.counts["down"] == 3
+
+
+def test_client_errors_fail_at_once_with_the_servers_message(chat_server):
+    with pytest.raises(EndpointError, match=r"HTTP 400.*max_tokens is too large"):
+        ask(OpenAIPolicy(chat_server, "bad", max_retries=3))
+    assert _ChatHandler.counts["bad"] == 1
+    with pytest.raises(EndpointError, match="not JSON"):
+        ask(OpenAIPolicy(chat_server, "garbage"))
+
+
+def test_a_dripping_server_hits_the_total_deadline(chat_server):
+    start = time.monotonic()
+    with pytest.raises(EndpointError, match=r"failed within 1\.0 s"):
+        ask(OpenAIPolicy(chat_server, "drip", timeout_s=1.0, max_retries=1, backoff_s=0.01))
+    assert time.monotonic() - start < 2.0
+
+
+def test_oversized_responses_are_refused(chat_server):
+    with pytest.raises(EndpointError, match="larger than 1000000 bytes"):
+        ask(OpenAIPolicy(chat_server, "huge", max_response_bytes=1_000_000))
+
+
+def test_unreachable_server_is_a_clear_error():
+    with pytest.raises(EndpointError, match="ConnectError"):
+        ask(OpenAIPolicy("http://127.0.0.1:9/v1", "m", timeout_s=1.0, max_retries=1, backoff_s=0.01))

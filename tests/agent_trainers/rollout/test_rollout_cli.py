@@ -1,0 +1,32 @@
+"""The rollout CLI: the project's loader and model names, RolloutConfig's options, checked JSONL, one-line errors."""
+
+from __future__ import annotations
+
+from agent_trainers.rollout import load_jsonl
+from agent_trainers.rollout.cli import run_rollout_cli
+from tests.agent_trainers.conftest import LOOKUP_ID
+
+
+def test_plays_checks_and_saves_with_the_shared_loader(tmp_path, capsys, one_thread):
+    out = tmp_path / "r.jsonl"
+    args = ["--env", LOOKUP_ID, "--model", "tiny-random", "--device", "cpu", "--episodes", "4", "--group-size", "2"]
+    args += ["--max-new-tokens-per-turn", "6", "--max-turns", "2", "--temperature", "0.7", "--out", str(out)]
+    assert run_rollout_cli(args) == 0
+    trajs = load_jsonl(out)
+    assert [t.task_index for t in trajs] == [0, 0, 1, 1] and all(1 <= len(t.turns) <= 2 for t in trajs)
+    assert all(t.turns[0].end - t.turns[0].start <= 6 for t in trajs)
+    printed = capsys.readouterr().out
+    assert printed.count("token-exact") == 4 and "0 failed the check" in printed
+
+
+def test_bad_options_are_one_line_errors(tmp_path, capsys):
+    base = ["--env", LOOKUP_ID, "--out", str(tmp_path / "r.jsonl")]
+    assert run_rollout_cli([*base, "--temperature", "-1"]) == 2
+    assert "temperature must be >= 0 (got -1.0)" in capsys.readouterr().err
+    assert run_rollout_cli([*base, "--max-turns", "two"]) == 2
+    assert "max_turns: Input should be a valid integer" in capsys.readouterr().err
+    assert run_rollout_cli([*base, "--model", "tiny", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'tiny'" in err and "'tiny-random'" in err and err.count("\n") == 1
+    assert run_rollout_cli([*base, "--episodes", "3", "--group-size", "2"]) == 2
+    assert "positive multiple of --group-size" in capsys.readouterr().err
