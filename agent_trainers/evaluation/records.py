@@ -12,6 +12,7 @@ raises :class:`~agent_trainers.algorithms.evaluate.MissingMetricError`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,10 +24,12 @@ from agent_trainers.algorithms.evaluate import MissingMetricError
 from agent_trainers.rollout.export import trajectory_to_dict
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["EpisodeRecord", "TaskInfo", "describe_tasks", "record_from_trajectory"]
+__all__ = ["ANSWER_METRICS", "EpisodeRecord", "TaskInfo", "describe_tasks", "record_from_trajectory"]
 
 _TYPE_ATTRIBUTES = ("type", "kind", "template")
 """Task attributes that name a question type (QA ``type``, SQLite ``kind``, Calculator ``template``)."""
+ANSWER_METRICS = ("em", "f1", "substring")
+"""The answer scores of the QA envs; another env may report only some of them (the rest are absent)."""
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -120,6 +123,8 @@ class EpisodeRecord:
         """
         if name in self.scores:
             return self.scores[name]
+        if name in ANSWER_METRICS:
+            return None  # this env does not report it
         if name == "format_error_rate":
             if self.format_errors is None or self.model_turns == 0:
                 return None
@@ -198,7 +203,11 @@ def final_answer(messages: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def record_from_trajectory(traj: Trajectory, info: TaskInfo, names: Sequence[str]) -> EpisodeRecord:
-    """The record of an agent (or base-tool-call) episode played by the rollout engine."""
+    """The record of an agent (or base-tool-call) episode played by the rollout engine.
+
+    Its trajectory gets ``group_id`` 0 (one episode per task; the engine's
+    position within a batch would differ between an interrupted and a resumed run).
+    """
     calls = sum(len(m.get("tool_calls") or []) for m in traj.messages if m.get("role") == "assistant")
     return EpisodeRecord(
         task_index=traj.task_index,
@@ -215,5 +224,5 @@ def record_from_trajectory(traj: Trajectory, info: TaskInfo, names: Sequence[str
         evidence_recall=traj.evidence_found / traj.evidence_total if traj.evidence_total else None,
         reward=traj.total_reward,
         stop_reason=traj.stop_reason,
-        trajectory=trajectory_to_dict(traj),
+        trajectory=trajectory_to_dict(dataclasses.replace(traj, group_id=0)),
     )
