@@ -3,7 +3,7 @@
 ::
 
     DIR/spec.json        what was evaluated (method, model, env, data, limits, seed); a resume must match it
-    DIR/episodes.jsonl   one EpisodeRecord per line, appended as each question finishes
+    DIR/episodes.jsonl   one EpisodeRecord per line, appended as each question finishes (in task order at the end)
     DIR/summary.json     every metric with its bootstrap 95% interval, per question type too
     DIR/summary.csv      the same, one row per (scope, metric)
     DIR/summary.md       a Markdown table
@@ -100,6 +100,10 @@ class EvalFolder:
             (self.path / name).unlink(missing_ok=True)
         spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
         return []
+
+    def rewrite(self, records: Sequence[EpisodeRecord]) -> None:
+        """Replace ``episodes.jsonl`` with ``records`` (e.g. in task order once all are done)."""
+        self._rewrite(records)
 
     def _rewrite(self, records: Sequence[EpisodeRecord]) -> None:
         with self.episodes.open("w", encoding="utf-8") as f:

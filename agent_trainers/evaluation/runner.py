@@ -182,6 +182,7 @@ def run_eval(
     finally:
         bar.close()
     records = [done[t.index] for t in tasks]
+    folder.rewrite(records)  # in task order
     summary = summarize(spec, records, tasks, resamples=resamples, seed=spec.seed)
     summary["wall_s"] = round(time.perf_counter() - start, 1)
     folder.write_summary(summary)
