@@ -190,7 +190,7 @@ def run_demo(
     """
     from agent_trainers.pipeline.train import run_training
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     settings = load_config(config_path).to_dict() if config_path is not None else DEMO_SETTINGS
     if quick:
         settings = _merge(settings, QUICK_OVERRIDES)
@@ -203,7 +203,11 @@ def run_demo(
     trained = time.perf_counter() - start
     _baselines(config, resume)
     _report(config)
-    total = time.perf_counter() - start
-    print(f"total time {total / 60:.1f} min (training and its evaluations {trained / 60:.1f} min)")
+    total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"total time {total / 60:.1f} min (training and its evaluations {trained / 60:.1f} min); "
+        f"this process used {cpu / 60:.1f} min of CPU; load average {load} on {os.cpu_count()} cores"
+    )
     print(f"metrics: {Path(config.output_dir) / 'metrics.jsonl'}; tables: {Path(config.output_dir) / 'eval'}")
     return 0
