@@ -4,7 +4,7 @@ Example:
     >>> runs = [load_run(f"runs/demo/eval/{p}") for p in ("before", "after_sft", "final")]  # doctest: +SKIP
     >>> print(comparison_markdown(runs))  # doctest: +SKIP
     >>> print(change_statement("SFT", runs[1], runs[0]))  # doctest: +SKIP
-    SFT raised f1 by +0.085 [+0.031, +0.142] and answer_rate by +0.900 [...] (30 questions; 27 answers changed)
+    SFT changed f1 +0.085 [+0.031, +0.142], answer_rate +0.900 [...] (vs base tool call; 30 questions, ...)
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = [
 
 COMPARE_METRICS = ("em", "f1", "substring", "answer_rate", "tool_call_rate", "evidence_recall", "format_error_rate")
 """Columns of the comparison table."""
-STATEMENT_METRICS = ("em", "f1", "substring", "answer_rate", "tool_call_rate", "format_error_rate")
+STATEMENT_METRICS = ("em", "f1", "answer_rate", "tool_call_rate", "format_error_rate")
 """Metrics a change statement looks at."""
 
 
@@ -108,20 +108,18 @@ def changed_answers(a: Run, b: Run) -> tuple[int, int]:
 
 
 def change_statement(what: str, a: Run, b: Run, metrics: Sequence[str] = STATEMENT_METRICS) -> str:
-    """One plain line: which metrics ``a`` raised or lowered over ``b`` (intervals excluding 0), or none.
+    """One plain line: the metrics whose paired difference ``a - b`` has a 95% interval excluding 0, or none.
 
-    Example: ``"SFT raised f1 by +0.085 [+0.031, +0.142] (vs base tool call; 30 questions, 27 answers changed)"``.
+    Example: ``"SFT changed f1 +0.085 [+0.031, +0.142], answer_rate +0.900 [+0.800, +1.000]
+    (vs base tool call; 30 questions, 27 answers changed)"``.
     """
     comparisons = [c for m in metrics if (c := paired(a, b, m)) is not None]
     moved = [c for c in comparisons if c.significant]
     changed, n = changed_answers(a, b)
     context = f"(vs {b.label}; {n} questions, {changed} answers changed)"
     if moved:
-        parts = [
-            f"{'raised' if c.difference.mean > 0 else 'lowered'} {c.metric} by {c.difference.format(3, signed=True)}"
-            for c in moved
-        ]
-        return f"{what} {', '.join(parts)} {context}"
+        parts = [f"{c.metric} {c.difference.format(3, signed=True)}" for c in moved]
+        return f"{what} changed {', '.join(parts)} {context}"
     main = next((c for c in comparisons if c.metric == "f1"), comparisons[0] if comparisons else None)
     detail = f"; f1 {main.difference.format(3, signed=True)}" if main is not None and main.metric == "f1" else ""
     return f"{what} changed no metric measurably (every 95% interval includes 0{detail}) {context}"

@@ -159,7 +159,7 @@ def run_eval(
     """
     from tqdm import tqdm
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     tasks, names = _tasks(spec)
     folder = EvalFolder(out_dir)
     done = {r.task_index: r for r in folder.start(spec.to_json(), resume=resume)}
@@ -184,6 +184,7 @@ def run_eval(
     records = [done[t.index] for t in tasks]
     folder.rewrite(records)  # in task order
     summary = summarize(spec, records, tasks, resamples=resamples, seed=spec.seed)
-    summary["wall_s"] = round(time.perf_counter() - start, 1)
+    summary["wall_s"] = round(time.perf_counter() - start, 1)  # of this call (a resumed run counts its part only)
+    summary["cpu_s"] = round(time.process_time() - cpu, 1)  # CPU time of this process meanwhile (all threads)
     folder.write_summary(summary)
     return EvalRun(summary, records, folder.path)

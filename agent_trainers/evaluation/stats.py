@@ -56,7 +56,9 @@ SUMMARY_METRICS = (
     "reward",
 )
 """Metrics reported besides the env's answer scores (``em``, ``f1``, ``substring``)."""
-RATE_METRICS = frozenset({"em", "f1", "substring", "answer_rate", "tool_call_rate", "evidence_recall"})
+RATE_METRICS = frozenset(
+    {"em", "f1", "substring", "answer_rate", "tool_call_rate", "evidence_recall", "format_error_rate"}
+)
 """Metrics in [0, 1] (shown as fractions)."""
 
 
