@@ -141,3 +141,20 @@ def test_a_renamed_metric_fails_loudly(smollm2_tokenizer, tmp_path, method):
 )
 def test_baseline_answer(reply, answer):
     assert baseline_answer(reply) == answer
+
+
+def test_question_only_data_has_no_evidence_recall_at_all(scripted, tmp_path):
+    """Open retrieval over a corpus, questions without gold paragraphs: recall is absent, never 0.0."""
+    import json as _json
+
+    questions = [{"question": t.question, "answer": t.answer} for t in TASKS]
+    (tmp_path / "qa.jsonl").write_text("".join(_json.dumps(q) + "\n" for q in questions))
+    passages = {p.id: p for t in TASKS for p in t.paragraphs}
+    corpus = [{"id": p.id, "contents": f'"{p.title}"\n{p.text}'} for p in passages.values()]
+    (tmp_path / "corpus.jsonl").write_text("".join(_json.dumps(c) + "\n" for c in corpus))
+    kwargs = {"data_path": str(tmp_path / "qa.jsonl"), "corpus": str(tmp_path / "corpus.jsonl")}
+    for method in ("naive-rag", "agent"):
+        run = evaluate(scripted(agent_script if method == "agent" else lambda t, _: t.answer), method, tmp_path,
+                       env_kwargs=kwargs)  # fmt: skip
+        assert all(r.evidence_recall is None for r in run.records)
+        assert "evidence_recall" not in run.summary["metrics"] and mean(run, "f1") > 0
