@@ -87,3 +87,12 @@ def test_no_shared_question_is_an_error():
 def test_interval_formatting():
     assert Interval(0.12, 0.06, 0.19, 100).format() == "0.120 [0.060, 0.190]"
     assert Interval(0.1, -0.01, 0.25, 30).format(2, signed=True) == "+0.10 [-0.01, +0.25]"
+
+
+def test_the_interval_ends_by_hand_for_three_values():
+    # resampled means of [0, 0, 1] are 0, 1/3, 2/3, 1 with probabilities 8/27, 12/27, 6/27, 1/27:
+    # P(mean = 1) = 3.7% > 2.5%, so the 95% interval reaches 1; a 90% one stops at 2/3 (P(mean >= 2/3) = 26%)
+    iv = bootstrap_mean([0.0, 0.0, 1.0], resamples=4000, seed=0)
+    assert (iv.low, iv.high) == (0.0, 1.0) and iv.mean == pytest.approx(1 / 3)
+    narrower = bootstrap_mean([0.0, 0.0, 1.0], resamples=4000, seed=0, confidence=0.90)
+    assert (narrower.low, narrower.high) == (0.0, pytest.approx(2 / 3))
