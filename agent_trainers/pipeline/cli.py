@@ -4,7 +4,11 @@ Sub-commands::
 
     agent-r1 envs                          list registered environments
     agent-r1 train --config FILE [--resume] [--set algorithm=rloo --set rl.steps=2 ...]
-    agent-r1 eval  --env ID [--model smollm2|tiny-random|PATH] [--tasks N] [--split test] [--device auto]
+    agent-r1 eval  --env ID [--data-path P] [--method closed-book|naive-rag|base-tool-call|agent] [--model M]
+                   [--base-url URL] [--limit N] [--out DIR]   (resumable; see agent_trainers.pipeline.eval_commands)
+    agent-r1 report DIR... [--out DIR]     the paper's Table 3 (Markdown + CSV) from eval folders
+    agent-r1 view FILE.jsonl -o view.html  a self-contained HTML trajectory viewer
+    agent-r1 serve-retrieval --corpus PATH [--backend bm25|lucene|dense] [--host H] [--port P]
     agent-r1 rollout ...                   the rollout engine's CLI (see `agent-r1 rollout --help`)
     agent-r1 demo [--quick]                cold-start SFT + GRPO on HotpotQA with SmolLM2, before/after table
 
@@ -22,6 +26,13 @@ from typing import Any
 import yaml
 
 from agent_trainers.errors import one_line
+from agent_trainers.pipeline.eval_commands import (
+    add_parsers,
+    run_eval_command,
+    run_report_command,
+    run_serve_retrieval,
+    run_view_command,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -48,20 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", required=True, help="YAML or TOML config (see configs/)")
     train.add_argument("--resume", action="store_true", help="continue the run in the config's output_dir")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    ev = sub.add_parser("eval", help="evaluate a model on held-aside tasks")
-    ev.add_argument("--env", default="AgentR1/HotpotQA-v0", help="environment id")
-    ev.add_argument("--model", default="smollm2", help="'smollm2', 'tiny-random', a checkpoint folder or a HF id")
-    ev.add_argument("--device", default="auto", help="auto (a GPU when present), cpu or cuda")
-    ev.add_argument("--tasks", type=int, default=16, help="number of tasks (the first N)")
-    ev.add_argument("--split", default="test", help="env split kwarg ('' for none)")
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
     demo = sub.add_parser("demo", help="the README's main job: SFT + GRPO on HotpotQA, before/after table")
     demo.add_argument("--config", default=None, help="config file (default: configs/demo.yaml's settings)")
     demo.add_argument("--output-dir", default=None, help="where to write the run")
     demo.add_argument("--quick", action="store_true", help="a much shorter run (smoke test)")
     demo.add_argument("--resume", action="store_true")
+    add_parsers(sub)
     return parser
 
 
@@ -86,32 +90,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from agent_trainers.algorithms.evaluate import evaluate
-    from agent_trainers.pipeline.report import print_table
-    from agent_trainers.pipeline.train import seed_everything
-    from agent_trainers.policies import TransformersPolicy, load_model
-    from agent_trainers.rollout import RolloutConfig
-
-    seed_everything(args.seed)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    model, tok = load_model(args.model, device=args.device, seed=args.seed)
-    kwargs = {"split": args.split} if args.split else {}
-    result = evaluate(
-        TransformersPolicy(model, tok, seed=args.seed),
-        args.env,
-        range(args.tasks),
-        env_kwargs=kwargs,
-        config=RolloutConfig(temperature=0.0, max_new_tokens_per_turn=96),
-        seed=args.seed,
-    )
-    print_table([(args.model, result)], title=args.env)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agent-r1`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -119,14 +97,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agent_trainers.rollout.cli import run_rollout_cli
 
         return run_rollout_cli(argv[1:])
+    if argv and argv[0] == "serve-retrieval":  # its own parser (agent_gym.retrieval.server)
+        try:
+            return run_serve_retrieval(argv[1:])
+        except (ValueError, FileNotFoundError) as err:
+            print(f"agent-r1 serve-retrieval: error: {one_line(err)}", file=sys.stderr)
+            return 2
+    commands = {"eval": run_eval_command, "report": run_report_command, "view": run_view_command}
     args = build_parser().parse_args(argv)
     try:
         if args.command == "envs":
             return _cmd_envs()
         if args.command == "train":
             return _cmd_train(args)
-        if args.command == "eval":
-            return _cmd_eval(args)
+        if args.command in commands:
+            return commands[args.command](args)
         from agent_trainers.pipeline.demo import run_demo
 
         return run_demo(config_path=args.config, output_dir=args.output_dir, quick=args.quick, resume=args.resume)

@@ -1,23 +1,40 @@
 """``agent-r1 demo``: the README's main job.
 
-On the embedded HotpotQA sample (``AgentR1/HotpotQA-v0``, ``split="train"`` to
-train, ``split="test"`` held aside) with SmolLM2-135M-Instruct on CPU: evaluate,
-cold-start SFT on oracle trajectories, a short GRPO run with turn-level
-advantages, evaluate again, and print the before/after table. The settings are
-those of ``configs/demo.yaml`` (kept in sync with :data:`DEMO_SETTINGS`).
+SmolLM2-135M-Instruct on CPU, multi-hop QA (``AgentR1/HotpotQA-v0``):
+
+1. cold-start SFT on oracle trajectories of the training questions;
+2. GRPO with turn-level advantages (train reward per step is printed);
+3. on the same held-aside questions: closed-book, naive RAG and the base
+   model with tools (base tool call) against the agent after SFT and after
+   RL, each with bootstrap 95% intervals, and one plain line on what SFT and
+   RL each changed (paired comparisons on the same questions);
+4. a self-contained HTML page of the final agent's episodes.
+
+Real data when ``../shared/data`` is present (train: the 100 official
+HotpotQA train questions; eval: the first questions of dev distractor sample
+a), else the embedded sample (train split / 8 held-aside test questions).
+The settings are those of ``configs/demo.yaml`` (kept in sync with
+:data:`DEMO_SETTINGS`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from agent_trainers.pipeline.config import config_from_dict, load_config
+from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config
 
-__all__ = ["DEMO_SETTINGS", "QUICK_OVERRIDES", "run_demo"]
+__all__ = ["DEMO_SETTINGS", "QUICK_OVERRIDES", "SHARED_PREFIX", "resolve_data", "run_demo"]
 
+SHARED_PREFIX = "../shared/data/"
+"""Data paths of the demo start with this; they resolve against ``$AGENT_R1_SHARED_DATA``, the working
+directory, or the repository root (in that order)."""
+
+_ENV = {"top_k": 2, "max_passage_chars": 300}  # 2 passages of 300 characters per search: sized for 2 CPU cores
 DEMO_SETTINGS: dict[str, Any] = {
     "seed": 0,
     "threads": 1,
@@ -26,19 +43,23 @@ DEMO_SETTINGS: dict[str, Any] = {
     "device": "auto",
     "report_to": "none",
     "model": {"name": "smollm2"},
-    "env": {"id": "AgentR1/HotpotQA-v0", "train_kwargs": {"split": "train"}, "eval_kwargs": {"split": "test"}},
-    "rollout": {"max_turns": 4, "max_new_tokens_per_turn": 48, "max_total_tokens": 1536, "temperature": 1.0},
-    "sft": {"enabled": True, "episodes": 16, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
+    "env": {
+        "id": "AgentR1/HotpotQA-v0",
+        "train_kwargs": {"data_path": SHARED_PREFIX + "hotpotqa/train_100_official.json", **_ENV},
+        "eval_kwargs": {"data_path": SHARED_PREFIX + "hotpotqa/dev_distractor_sample_a_300.jsonl", **_ENV},
+    },
+    "rollout": {"max_turns": 4, "max_new_tokens_per_turn": 40, "max_total_tokens": 1280, "temperature": 1.0},
+    "sft": {"enabled": True, "episodes": 24, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
     "rl": {
         "enabled": True,
-        "steps": 4,
+        "steps": 8,
         "num_generations": 4,
         "prompts_per_step": 1,
-        "learning_rate": 2e-6,
+        "learning_rate": 2e-5,
         "advantage": "turn",
-        "save_steps": 2,
+        "save_steps": 4,
     },
-    "eval": {"tasks": 8, "temperature": 0.0, "every": 2},
+    "eval": {"tasks": 30, "temperature": 0.0, "every": 0},
 }
 """The demo's configuration (``configs/demo.yaml`` holds the same values)."""
 
@@ -47,7 +68,10 @@ QUICK_OVERRIDES: dict[str, Any] = {
     "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "save_steps": 1},
     "eval": {"tasks": 4, "every": 0},
 }
-"""``--quick``: a smoke run of a minute or two."""
+"""``--quick``: a smoke run of a few minutes."""
+
+ROWS = ("closed-book", "naive-rag", "before", "after_sft", "final")
+"""The demo table's rows: the folders under ``<output_dir>/eval``, in order."""
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -57,37 +81,133 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _shared_file(path: str) -> Path | None:
+    rest = path.removeprefix(SHARED_PREFIX)
+    roots = [Path(os.environ["AGENT_R1_SHARED_DATA"])] if os.environ.get("AGENT_R1_SHARED_DATA") else []
+    roots += [Path.cwd() / SHARED_PREFIX, Path(__file__).resolve().parents[2] / SHARED_PREFIX]
+    return next(((root / rest).resolve() for root in roots if (root / rest).exists()), None)
+
+
+def resolve_data(settings: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Point ``../shared/data/...`` paths at the files, or fall back to the embedded sample.
+
+    Returns:
+        The settings to run and a line saying which data they use.
+    """
+    env = settings["env"]
+    paths = {k: env[k].get("data_path") for k in ("train_kwargs", "eval_kwargs")}
+    shared = {k: p for k, p in paths.items() if isinstance(p, str) and p.startswith(SHARED_PREFIX)}
+    if not shared:
+        return settings, "data: as configured"
+    found = {k: _shared_file(p) for k, p in shared.items()}
+    if all(found.values()):
+        out = _merge(settings, {"env": {k: {"data_path": str(f)} for k, f in found.items()}})
+        return out, "data: " + ", ".join(f"{k.removesuffix('_kwargs')} {f}" for k, f in found.items())
+    embedded = {"train_kwargs": {"split": "train"}, "eval_kwargs": {"split": "test"}}
+    out = copy.deepcopy(settings)
+    for k, extra in embedded.items():
+        out["env"][k] = {**{a: b for a, b in env[k].items() if a != "data_path"}, **extra}
+    missing = next(p for k, p in shared.items() if found[k] is None)
+    return out, f"data: {missing} not found; using the embedded HotpotQA sample (train split / test split)"
+
+
+def _baselines(config: TrainConfig, resume: bool) -> None:
+    """Closed-book and naive RAG with the base model, on the held-aside questions of the stage evaluations."""
+    from agent_trainers.evaluation import EvalSpec, Method, run_eval
+    from agent_trainers.pipeline.stages import EVAL_SEED
+    from agent_trainers.policies import TransformersPolicy, load_model
+
+    model, tok = load_model(config.model.name, device=config.device, seed=config.seed)
+    model.eval()
+    policy = TransformersPolicy(model, tok, batch_size=8, seed=config.seed)
+    rollout = dataclasses.replace(config.rollout, temperature=config.eval.temperature)
+    for method in (Method.CLOSED_BOOK, Method.NAIVE_RAG):
+        spec = EvalSpec(
+            config.env.id,
+            method,
+            model=config.model.name,
+            env_kwargs=dict(config.env.eval_kwargs),
+            limit=config.eval.tasks,
+            seed=EVAL_SEED,
+            rollout=rollout,
+            label={Method.CLOSED_BOOK: "closed-book", Method.NAIVE_RAG: "naive RAG"}[method],
+        )
+        run_eval(spec, policy, Path(config.output_dir) / "eval" / str(method), resume=resume)
+
+
+def _report(config: TrainConfig) -> list[str]:
+    """Print the table and what SFT and RL changed; write ``eval/table.md`` and ``view.html``. Returns the lines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agent_trainers.evaluation.compare import change_statement, comparison_markdown, comparison_rows, load_run
+    from agent_trainers.evaluation.viewer import write_viewer
+    from agent_trainers.pipeline.plots import read_jsonl
+
+    out = Path(config.output_dir)
+    runs = {name: load_run(out / "eval" / name) for name in ROWS if (out / "eval" / name / "summary.json").is_file()}
+    rows = comparison_rows(list(runs.values()))
+    table = Table(title=f"{config.env.id}: held-aside questions, mean [bootstrap 95% interval]")
+    for col in rows[0]:
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for row in rows[1:]:
+        table.add_row(*row)
+    Console(width=200).print(table)
+    lines = []
+    if "after_sft" in runs and "before" in runs:
+        lines.append(change_statement("SFT", runs["after_sft"], runs["before"]))
+    if "final" in runs and ("after_sft" in runs or "before" in runs):
+        base = runs.get("after_sft") or runs["before"]
+        lines.append(change_statement(f"RL ({config.rl.steps} {config.algorithm} steps)", runs["final"], base))
+    rewards = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("stage") == "rl" and "reward" in r]
+    if rewards:
+        lines.append("RL train reward per step: " + ", ".join(f"{r['step']}: {r['reward']:.3f}" for r in rewards))
+    for line in lines:
+        print(line)
+    text = comparison_markdown(list(runs.values())) + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
+    (out / "eval" / "table.md").write_text(text, encoding="utf-8")
+    if "final" in runs:
+        from agent_trainers.policies import load_tokenizer
+
+        page = write_viewer(runs["final"].folder / "episodes.jsonl", out / "view.html", load_tokenizer(out / "final"))
+        print(f"viewer: {page}")
+    return lines
+
+
 def run_demo(
     config_path: str | None = None, output_dir: str | None = None, quick: bool = False, resume: bool = False
 ) -> int:
-    """Run the demo and print the before/after table.
+    """Run the main job: train, evaluate every method on the same held-aside questions, print the table.
 
     Args:
         config_path: A config file to use instead of :data:`DEMO_SETTINGS`.
         output_dir: Overrides the config's ``output_dir``.
         quick: Apply :data:`QUICK_OVERRIDES`.
-        resume: Continue an interrupted run.
+        resume: Continue an interrupted run (training and the baseline evaluations).
 
     Returns:
         The process exit status (0).
     """
-    from agent_trainers.pipeline.report import print_table
     from agent_trainers.pipeline.train import run_training
 
-    if config_path is not None:
-        settings = load_config(config_path).to_dict()
-    else:
-        settings = DEMO_SETTINGS
+    start, cpu_start = time.perf_counter(), time.process_time()
+    settings = load_config(config_path).to_dict() if config_path is not None else DEMO_SETTINGS
     if quick:
         settings = _merge(settings, QUICK_OVERRIDES)
     if output_dir is not None:
         settings = _merge(settings, {"output_dir": output_dir})
+    settings, data_line = resolve_data(settings)
+    print(data_line)
     config = config_from_dict(copy.deepcopy(settings))
-    start = time.perf_counter()
-    result = run_training(config, resume=resume)
-    minutes = (time.perf_counter() - start) / 60
-    print_table(result.evals, title=f"{config.env.id}, held-aside eval ({minutes:.1f} min)")
-    print(f"metrics: {Path(config.output_dir) / 'metrics.jsonl'}")
-    if result.plot:
-        print(f"plot: {result.plot}")
+    run_training(config, resume=resume)
+    trained = time.perf_counter() - start
+    _baselines(config, resume)
+    _report(config)
+    total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"total time {total / 60:.1f} min (training and its evaluations {trained / 60:.1f} min); "
+        f"this process used {cpu / 60:.1f} min of CPU; load average {load} on {os.cpu_count()} cores"
+    )
+    print(f"metrics: {Path(config.output_dir) / 'metrics.jsonl'}; tables: {Path(config.output_dir) / 'eval'}")
     return 0

@@ -30,13 +30,14 @@ import torch
 from transformers import TrainerCallback
 
 from agent_trainers.algorithms.advantages import Algorithm
-from agent_trainers.algorithms.evaluate import EvalResult, evaluate
+from agent_trainers.algorithms.evaluate import EvalResult, summarize
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
+from agent_trainers.rollout.export import trajectory_from_dict
 
-__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "train_tasks"]
+__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "train_tasks"]
 
 EVAL_SEED = 12345
 """Env seed of every evaluation (tool noise), so evaluations are comparable."""
@@ -79,22 +80,47 @@ class RunState:
     rl_checkpoint: Path | None = None
 
     def evaluate(self, phase: str, step: int, model: Any | None = None) -> EvalResult:
-        """Evaluate ``model`` (default: the current one) on the held-aside tasks and log it."""
+        """Evaluate ``model`` (default: the current one) on the held-aside tasks and log it.
+
+        Every question's record goes to ``eval/<phase>/`` (an :mod:`agent_trainers.evaluation`
+        folder: episodes, summary with bootstrap intervals, CSV, Markdown), so the phases can
+        be compared question by question (``agent-r1 report``, the demo's paired comparisons).
+        """
+        from agent_trainers.evaluation import EvalSpec, Method, run_eval
+
         model = self.model if model is None else model
         c = self.config
         was_training = model.training
         model.eval()
         policy = TransformersPolicy(model, self.tokenizer, batch_size=8, seed=c.seed)
-        rollout_config = dataclasses.replace(c.rollout, temperature=c.eval.temperature)
-        tasks = list(range(min(c.eval.tasks, _num_tasks(c.env.id, c.env.eval_kwargs))))
+        spec = EvalSpec(
+            c.env.id,
+            Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
+            model=c.model.name if phase == "before" else f"{c.output_dir} ({phase})",
+            env_kwargs=dict(c.env.eval_kwargs),
+            limit=c.eval.tasks,
+            seed=EVAL_SEED,
+            rollout=dataclasses.replace(c.rollout, temperature=c.eval.temperature),
+            label=phase_label(phase, c),
+        )
         with _own_rng():
-            result = evaluate(
-                policy, c.env.id, tasks, env_kwargs=c.env.eval_kwargs, config=rollout_config, seed=EVAL_SEED
-            )
+            run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)
         model.train(was_training)
+        result = summarize([trajectory_from_dict(r.trajectory) for r in run.records])
         self.evals.append((phase, result))
         self.log.write({"stage": "eval", "phase": phase, "step": step, **result.as_dict()})
         return result
+
+
+def phase_label(phase: str, config: TrainConfig) -> str:
+    """The row name of an evaluation phase: ``before`` is the base model with tools, the rest the agent."""
+    trained = " + ".join(
+        name for name, on in (("SFT", config.sft.enabled), (str(config.algorithm), config.rl.enabled)) if on
+    )
+    labels = {"before": "base tool call", "after_sft": "agent (SFT)", "final": f"agent ({trained})"}
+    if phase.startswith("rl_step_"):
+        return f"agent ({config.algorithm} step {phase.removeprefix('rl_step_')})"
+    return labels.get(phase, phase)
 
 
 def _num_tasks(env_id: str, kwargs: dict[str, Any]) -> int:

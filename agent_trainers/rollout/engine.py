@@ -66,6 +66,7 @@ class _Episode:
         self.messages = [dict(m) for m in info["messages"]]
         self.traj.messages = [dict(m) for m in info["messages"]]
         self.traj.task_id = str(info.get("task_id", ""))
+        self.traj.evidence_total = int(info.get("evidence_total", 0))
         if self.chat is not None:
             self.traj.prompt_ids = self.chat.prompt_ids(self.messages, self.traj.tools)
 
@@ -99,6 +100,9 @@ class _Episode:
         _obs, reward, terminated, truncated, info = step
         turn = self.traj.turns[-1]
         turn.reward, turn.reward_terms = float(reward), {k: float(v) for k, v in info.get("reward_terms", {}).items()}
+        turn.format_errors = [str(e) for e in info.get("format_errors", [])]
+        self.traj.evidence_found = int(info.get("evidence_found", 0))
+        self.traj.evidence_total = int(info.get("evidence_total", 0))
         new = [dict(m) for m in info.get("new_messages", [])]
         if new and new[0].get("role") == "assistant":
             new = new[1:]

@@ -39,6 +39,8 @@ class TurnSpan:
         env_end: One past the env tokens that follow it (``== end`` if none).
         reward: Env reward of the step this turn caused (0.0 if never stepped).
         reward_terms: The weighted reward terms of that step.
+        format_errors: Why the env refused the turn's action as malformed
+            (``info["format_errors"]``; empty when it was well formed or never stepped).
     """
 
     start: int
@@ -46,6 +48,7 @@ class TurnSpan:
     env_end: int
     reward: float = 0.0
     reward_terms: dict[str, float] = field(default_factory=dict)
+    format_errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +78,10 @@ class Trajectory:
         tools: Tool schemas passed to the chat template (empty when, as by
             default, the env's system prompt lists the tools itself).
         error: What went wrong for ``env_error`` / ``tool_timeout`` endings.
+        evidence_found: Gold evidence items revealed so far (``info["evidence_found"]``
+            of the latest step, or of ``reset``).
+        evidence_total: Gold evidence items of the task (0: the task has none, so
+            evidence recall is undefined for it).
     """
 
     env_id: str
@@ -95,6 +102,8 @@ class Trajectory:
     truncated: bool = False
     tools: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    evidence_found: int = 0
+    evidence_total: int = 0
 
     @property
     def total_reward(self) -> float:

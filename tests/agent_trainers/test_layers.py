@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "agent_trainers"
-LAYERS = {"errors": 0, "policies": 1, "rollout": 2, "algorithms": 3, "pipeline": 4}
+LAYERS = {"errors": 0, "policies": 1, "rollout": 2, "algorithms": 3, "evaluation": 4, "pipeline": 5}
 """Lower numbers are lower layers; a module may import its own layer and the ones below."""
 
 

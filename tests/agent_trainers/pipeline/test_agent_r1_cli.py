@@ -59,8 +59,10 @@ def test_train_writes_metrics_plots_checkpoints_tensorboard_and_resumes(tmp_path
     assert (run / "rl" / "checkpoint-3").is_dir()
     # the trained model evaluates from its folder
     capsys.readouterr()
-    assert main(["eval", "--env", ENV_ID, "--model", str(run / "final"), "--tasks", "1", "--split", ""]) == 0
-    assert "episodes" in capsys.readouterr().out
+    out = tmp_path / "eval"
+    assert main(["eval", "--env", ENV_ID, "--model", str(run / "final"), "--limit", "1", "--out", str(out)]) == 0
+    assert "1 questions" in capsys.readouterr().out and (out / "summary.json").is_file()
+    assert [p.name for p in sorted((run / "eval").iterdir())] == ["after_sft", "before", "final", "rl_step_1"]
 
 
 def test_the_event_files_hold_the_training_curves(tmp_path):

@@ -1,0 +1,190 @@
+"""Run one evaluation into a folder, resumably, with a progress bar: :func:`run_eval`.
+
+Example:
+    >>> spec = EvalSpec("AgentR1/HotpotQA-v0", Method.NAIVE_RAG, model="smollm2",
+    ...                 env_kwargs={"data_path": "../shared/data/hotpotqa/dev_distractor_sample_a_300.jsonl"}, limit=30)
+    >>> policy = TransformersPolicy(*load_model("smollm2"))  # doctest: +SKIP
+    >>> result = run_eval(spec, policy, "runs/eval/hotpotqa-naive-rag")  # doctest: +SKIP
+    >>> result.summary["metrics"]["em"]  # doctest: +SKIP
+    {'mean': 0.033, 'low': 0.0, 'high': 0.1, 'n': 30}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import agent_gym  # noqa: F401  (registers the environment ids)
+from agent_trainers.evaluation.methods import Method, MethodSettings, play
+from agent_trainers.evaluation.outputs import EvalFolder
+from agent_trainers.evaluation.records import EpisodeRecord, TaskInfo, describe_tasks, score_names
+from agent_trainers.evaluation.stats import RESAMPLES, summarize_by_type, summarize_records
+from agent_trainers.rollout.config import RolloutConfig
+
+__all__ = ["EvalRun", "EvalSpec", "run_eval"]
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate (saved as ``spec.json``; a resumed evaluation must match it).
+
+    Attributes:
+        env_id: A registered env id.
+        method: The :class:`~agent_trainers.evaluation.methods.Method`.
+        model: The model's name, folder or endpoint (recorded, and part of the default label).
+        env_kwargs: ``gymnasium.make`` kwargs (``data_path``, ``corpus``, ``split``, ...).
+        limit: Evaluate the first ``limit`` tasks (``None``: all of them).
+        seed: Episode ``i`` resets with ``seed + i``.
+        rollout: Turn and token limits and temperature (greedy by default).
+        label: The row name in tables (default: the method, plus the model for ``agent``).
+        chunk_size: Questions played (and batched) together; not part of the results.
+    """
+
+    env_id: str
+    method: Method
+    model: str = "smollm2"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None
+    seed: int = 0
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(temperature=0.0))
+    label: str | None = None
+    chunk_size: int = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", Method(self.method))
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 or None (got {self.limit})")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1 (got {self.chunk_size})")
+
+    @property
+    def name(self) -> str:
+        """The row label."""
+        if self.label:
+            return self.label
+        return f"agent ({self.model})" if self.method is Method.AGENT else str(self.method)
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings that determine the results (``chunk_size`` is left out)."""
+        return {
+            "env_id": self.env_id,
+            "method": str(self.method),
+            "model": self.model,
+            "env_kwargs": self.env_kwargs,
+            "limit": self.limit,
+            "seed": self.seed,
+            "rollout": dataclasses.asdict(self.rollout),
+            "label": self.name,
+        }
+
+
+@dataclass
+class EvalRun:
+    """A finished evaluation.
+
+    Attributes:
+        summary: What ``summary.json`` holds.
+        records: Every question's record, by task index.
+        folder: Where it was written.
+    """
+
+    summary: dict[str, Any]
+    records: list[EpisodeRecord]
+    folder: Path
+
+
+def _chunks(items: Sequence[TaskInfo], size: int) -> list[Sequence[TaskInfo]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _tasks(spec: EvalSpec) -> tuple[list[TaskInfo], tuple[str, ...]]:
+    env = gym.make(spec.env_id, **spec.env_kwargs)
+    try:
+        n = int(env.unwrapped.num_tasks())
+        indices = range(min(n, spec.limit) if spec.limit else n)
+        return describe_tasks(env, indices), score_names(env, 0)
+    finally:
+        env.close()
+
+
+def summarize(spec: EvalSpec, records: Sequence[EpisodeRecord], tasks: Sequence[TaskInfo], **kw: Any) -> dict:
+    """The ``summary.json`` of an evaluation's records."""
+    sources = {t.source for t in tasks}
+    return {
+        "label": spec.name,
+        "method": str(spec.method),
+        "model": spec.model,
+        "env_id": spec.env_id,
+        "dataset": sources.pop() if len(sources) == 1 else "mixed",
+        "episodes": len(records),
+        "metrics": {k: v.as_dict() for k, v in summarize_records(records, **kw).items()},
+        "by_type": {t: {k: v.as_dict() for k, v in m.items()} for t, m in summarize_by_type(records, **kw).items()},
+    }
+
+
+def run_eval(
+    spec: EvalSpec,
+    policy: Any,
+    out_dir: str | Path,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    resamples: int = RESAMPLES,
+    on_record: Callable[[EpisodeRecord], None] | None = None,
+) -> EvalRun:
+    """Evaluate ``policy`` as ``spec`` says, writing everything to ``out_dir``.
+
+    Args:
+        spec: What to evaluate.
+        policy: A :class:`~agent_trainers.policies.TokenPolicy` or :class:`~agent_trainers.policies.ChatPolicy`.
+        out_dir: The evaluation's folder (see :mod:`agent_trainers.evaluation.outputs`).
+        resume: Keep the questions already in ``out_dir`` (same spec) and play only the rest;
+            ``False`` starts over.
+        progress: Show a progress bar with an ETA (tqdm).
+        resamples: Bootstrap resamples of the intervals.
+        on_record: Called after each question is written (e.g. to stop a run in tests).
+
+    Returns:
+        The summary and records.
+
+    Raises:
+        SpecMismatchError: ``resume`` and ``out_dir`` holds another evaluation.
+        MissingMetricError: An answered episode lacks an answer metric the env names.
+    """
+    from tqdm import tqdm
+
+    start, cpu = time.perf_counter(), time.process_time()
+    tasks, names = _tasks(spec)
+    folder = EvalFolder(out_dir)
+    done = {r.task_index: r for r in folder.start(spec.to_json(), resume=resume)}
+    todo = [t for t in tasks if t.index not in done]
+    settings = MethodSettings(spec.env_id, dict(spec.env_kwargs), spec.rollout, spec.seed, names)
+    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=spec.name, unit="q", disable=not progress)
+
+    def record(r: EpisodeRecord) -> None:
+        folder.append(r)
+        done[r.task_index] = r
+        bar.update(1)
+        if "em" in r.scores:
+            bar.set_postfix(em=f"{sum(x.scores['em'] for x in done.values()) / len(done):.3f}")
+        if on_record is not None:
+            on_record(r)
+
+    try:
+        for chunk in _chunks(todo, spec.chunk_size):
+            play(spec.method, policy, settings, chunk, record)
+    finally:
+        bar.close()
+    records = [done[t.index] for t in tasks]
+    folder.rewrite(records)  # in task order
+    summary = summarize(spec, records, tasks, resamples=resamples, seed=spec.seed)
+    summary["wall_s"] = round(time.perf_counter() - start, 1)  # of this call (a resumed run counts its part only)
+    summary["cpu_s"] = round(time.process_time() - cpu, 1)  # CPU time of this process meanwhile (all threads)
+    folder.write_summary(summary)
+    return EvalRun(summary, records, folder.path)

@@ -1,0 +1,152 @@
+"""A self-contained HTML trajectory viewer: ``agent-r1 view FILE.jsonl -o view.html`` (:func:`write_viewer`).
+
+Reads rollout JSONL (:func:`agent_trainers.rollout.save_jsonl`) or an
+evaluation's ``episodes.jsonl`` (records that carry a trajectory) and writes
+one HTML file that needs no server and no network: the data is embedded as
+JSON and drawn by a small script in the page. Each trajectory is a card with
+its messages by role, the tool calls and their results, the reward terms of
+every turn, the final metrics and stop reason, and the completion's tokens
+coloured by loss mask (model tokens vs env tokens). Filters pick cards by
+outcome and stop reason; cards are drawn 50 at a time as the page scrolls, so
+a file of thousands of trajectories opens at once.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from agent_trainers.rollout.export import trajectory_from_dict
+from agent_trainers.rollout.types import Trajectory
+
+__all__ = ["Outcome", "card_data", "read_cards", "render_html", "write_viewer"]
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "viewer.html"
+"""The page: CSS and script inline; ``__DATA__`` and ``__TITLE__`` are filled in."""
+
+
+class Outcome(StrEnum):
+    """How a trajectory ended, for the outcome filter."""
+
+    CORRECT = "correct"
+    """Answered with exact match 1 (or every reported score 1)."""
+    PARTIAL = "partial"
+    """Answered, not exact, token F1 above 0."""
+    WRONG = "wrong"
+    """Answered, every score 0."""
+    ANSWERED = "answered"
+    """Answered, but the env reported no answer scores."""
+    NO_ANSWER = "no answer"
+    """Ended without an answer (turn limit, token budget, time-out, error)."""
+
+
+def _outcome(terminated: bool, scores: Mapping[str, float]) -> Outcome:
+    if not terminated:
+        return Outcome.NO_ANSWER
+    if not scores:
+        return Outcome.ANSWERED
+    if scores.get("em", min(scores.values())) >= 1:
+        return Outcome.CORRECT
+    if scores.get("f1", max(scores.values())) > 0:
+        return Outcome.PARTIAL
+    return Outcome.WRONG
+
+
+def _segments(traj: Trajectory, tokenizer: Any) -> list[list[Any]]:
+    """Runs of equal loss mask over the completion: ``[[mask, text, n_tokens], ...]``."""
+    ids, mask = traj.completion_ids, traj.loss_mask
+    if tokenizer is None or not ids or len(mask) != len(ids):
+        return []
+    runs: list[list[Any]] = []
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or mask[i] != mask[start]:
+            text = tokenizer.decode(ids[start:i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            runs.append([int(mask[start]), text, i - start])
+            start = i
+    return runs
+
+
+def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dict[str, Any]:
+    """The viewer's data for one JSONL line (a trajectory, or an evaluation record holding one).
+
+    Raises:
+        ValueError: The line is neither.
+    """
+    record = line if "trajectory" in line else None
+    traj = trajectory_from_dict(dict(record["trajectory"] if record else line))
+    if record is not None:
+        scores = {k: float(v) for k, v in record.get("scores", {}).items()}
+    else:
+        scores = {k.removeprefix("answer_"): v for k, v in traj.metrics.items() if k.startswith("answer_")}
+    return {
+        "i": index,
+        "task_id": traj.task_id,
+        "task_index": traj.task_index,
+        "env_id": traj.env_id,
+        "seed": traj.seed,
+        "stop": traj.stop_reason or "(none)",
+        "outcome": str(_outcome(traj.terminated, scores)),
+        "reward": traj.total_reward if record is None else float(record.get("reward", traj.total_reward)),
+        "metrics": traj.metrics,
+        "question": record.get("question") if record else None,
+        "gold": record.get("gold") if record else None,
+        "answer": record.get("answer") if record else None,
+        "messages": traj.messages,
+        "turns": [
+            {"reward": t.reward, "terms": t.reward_terms, "format_errors": t.format_errors, "tokens": t.end - t.start}
+            for t in traj.turns
+        ],
+        "segments": _segments(traj, tokenizer),
+        "prompt_tokens": len(traj.prompt_ids),
+        "error": traj.error,
+    }
+
+
+def read_cards(path: str | Path, tokenizer: Any = None) -> list[dict[str, Any]]:
+    """Every line of a trajectory / episode JSONL file as card data.
+
+    Raises:
+        ValueError: A line is not JSON or not a trajectory (the message names the line).
+    """
+    cards = []
+    with Path(path).open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                cards.append(card_data(json.loads(line), len(cards), tokenizer))
+            except (json.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"{path}:{n}: not a trajectory or episode record ({exc})") from exc
+    return cards
+
+
+def render_html(cards: Iterable[Mapping[str, Any]], title: str) -> str:
+    """The page with ``cards`` embedded (``<`` escaped so no text can close the script element)."""
+    data = json.dumps(list(cards), ensure_ascii=False).replace("<", "\\u003c")
+    fill = {"__TITLE__": html.escape(title), "__DATA__": data}
+    return re.sub("__TITLE__|__DATA__", lambda m: fill[m.group(0)], TEMPLATE.read_text(encoding="utf-8"))
+
+
+def write_viewer(path: str | Path, out: str | Path, tokenizer: Any = None, title: str | None = None) -> Path:
+    """Write the viewer page of a JSONL file.
+
+    Args:
+        path: Rollout JSONL or an evaluation's ``episodes.jsonl``.
+        out: The HTML file to write.
+        tokenizer: Decodes the token ids for the loss-mask view (``None``: no token view).
+        title: Page title (default: the input's file name).
+
+    Returns:
+        The HTML path.
+    """
+    cards = read_cards(path, tokenizer)
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_html(cards, title or f"{Path(path).name} ({len(cards)} trajectories)"), encoding="utf-8")
+    return target

@@ -1,0 +1,196 @@
+"""``agent-r1 eval``, ``report``, ``view`` and ``serve-retrieval``: their options and what they run.
+
+::
+
+    agent-r1 eval --env AgentR1/HotpotQA-v0 --data-path ../shared/data/hotpotqa/dev_distractor_sample_a_300.jsonl \\
+        --method naive-rag --limit 100 --out runs/eval/hotpotqa-naive-rag       # run it again to continue it
+    agent-r1 eval --method agent --model runs/demo/final ...                  # or --base-url http://host:8000/v1
+    agent-r1 report runs/eval/* --out runs/table3                             # Table 3: Markdown + CSV
+    agent-r1 view runs/eval/hotpotqa-naive-rag/episodes.jsonl -o view.html   # self-contained HTML viewer
+    agent-r1 serve-retrieval --corpus wiki.jsonl --backend bm25 --port 8000   # Search-R1 /retrieve server
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parsers", "env_kwargs_from_args", "run_eval_command", "run_report_command", "run_view_command"]
+
+
+def _add_eval_parser(sub: Any) -> None:
+    ev = sub.add_parser("eval", help="evaluate a method (closed-book, naive-rag, base-tool-call, agent) on a dataset")
+    ev.add_argument("--env", default="AgentR1/HotpotQA-v0", help="environment id (see `agent-r1 envs`)")
+    ev.add_argument("--data-path", help="a data file or folder (the env's data_path=; a folder must not mix splits)")
+    ev.add_argument("--data-files", help="with a folder --data-path: a glob choosing its files (one split)")
+    ev.add_argument("--env-kwargs", default="{}", help="more gymnasium.make kwargs as a JSON object")
+    ev.add_argument(
+        "--split", default="auto", help="env split= ('auto': 'test' for the embedded sample, none with --data-path)"
+    )
+    methods = ["closed-book", "naive-rag", "base-tool-call", "agent"]
+    ev.add_argument("--method", default="agent", choices=methods, help="(default agent)")
+    ev.add_argument("--model", default="smollm2", help="'smollm2', 'tiny-random', a checkpoint folder or a HF id")
+    ev.add_argument("--base-url", help="an OpenAI-compatible server (e.g. http://127.0.0.1:8000/v1) instead of --model")
+    ev.add_argument("--api-model", help="with --base-url: the request's model name (default: --model)")
+    ev.add_argument("--api-key-env", default="OPENAI_API_KEY", help="with --base-url: env variable holding the key")
+    ev.add_argument("--limit", "--tasks", type=int, default=None, help="evaluate the first N questions (default all)")
+    ev.add_argument("--out", help="output folder (default runs/eval/<env>-<label>); running again continues it")
+    ev.add_argument("--overwrite", action="store_true", help="start over instead of continuing --out")
+    ev.add_argument("--label", help="row name in tables (default: the method, or 'agent (MODEL)')")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--device", default="auto", help="auto (a GPU when present), cpu or cuda")
+    ev.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    ev.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
+    ev.add_argument("--chunk-size", type=int, default=16, help="questions played together")
+    ev.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
+    ev.add_argument("--max-new-tokens-per-turn", type=int, default=64)
+    ev.add_argument("--max-total-tokens", type=int, default=2048)
+    ev.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the ``eval``, ``report``, ``view`` and ``serve-retrieval`` sub-commands to ``agent-r1``'s parser."""
+    _add_eval_parser(sub)
+    rep = sub.add_parser("report", help="the paper's Table 3 from several `agent-r1 eval` folders")
+    rep.add_argument("folders", nargs="+", help="evaluation folders (each with summary.json and episodes.jsonl)")
+    rep.add_argument("--metric", default="em", help="em (default), f1, substring, answer_rate, ...")
+    rep.add_argument("--in-domain", default="hotpotqa,2wikimultihopqa", help="datasets marked in-domain (comma list)")
+    rep.add_argument("--out", help="folder for table3.md and table3.csv")
+    view = sub.add_parser("view", help="a self-contained HTML viewer of a trajectory / episode JSONL file")
+    view.add_argument("file", help="rollout JSONL or an evaluation's episodes.jsonl")
+    view.add_argument("-o", "--out", help="the HTML file (default: FILE with .html)")
+    view.add_argument("--tokenizer", default="smollm2", help="decodes token ids for the loss-mask view ('none': skip)")
+    view.add_argument("--title", help="page title")
+    sub.add_parser("serve-retrieval", help="serve a corpus over Search-R1's /retrieve API", add_help=False)
+
+
+def _accepts(env_id: str, name: str) -> bool:
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    import agent_gym  # noqa: F401
+
+    spec = gym.spec(env_id)
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    params = inspect.signature(creator).parameters
+    return name in params or name in spec.kwargs
+
+
+def env_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``gymnasium.make`` kwargs from ``--env-kwargs``, ``--data-path``, ``--data-files`` and ``--split``.
+
+    Raises:
+        ValueError: ``--env-kwargs`` is not a JSON object.
+    """
+    try:
+        kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--env-kwargs must be a JSON object ({exc})") from exc
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object (got {args.env_kwargs!r})")
+    if args.data_path:
+        kwargs["data_path"] = args.data_path
+    if args.data_files:
+        kwargs["data_files"] = args.data_files
+    if "split" not in kwargs and args.split != "auto":
+        kwargs["split"] = args.split
+    elif "split" not in kwargs and "data_path" not in kwargs and _accepts(args.env, "split"):
+        kwargs["split"] = "test"  # the embedded sample's held-aside part
+    return {k: v for k, v in kwargs.items() if v != ""}
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    if args.base_url:
+        from agent_trainers.policies import OpenAIPolicy
+
+        return OpenAIPolicy(args.base_url, args.api_model or args.model, api_key=os.environ.get(args.api_key_env))
+    import torch
+
+    from agent_trainers.pipeline.train import seed_everything
+    from agent_trainers.policies import TransformersPolicy, load_model
+
+    seed_everything(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tok = load_model(args.model, device=args.device, seed=args.seed)
+    model.eval()
+    return TransformersPolicy(model, tok, batch_size=args.batch_size, seed=args.seed)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    """Run ``agent-r1 eval``: evaluate, write the folder, print the summary table."""
+    from agent_trainers.evaluation import EvalSpec, Method, run_eval
+    from agent_trainers.rollout import RolloutConfig
+
+    rollout = RolloutConfig(
+        max_turns=args.max_turns,
+        max_new_tokens_per_turn=args.max_new_tokens_per_turn,
+        max_total_tokens=args.max_total_tokens,
+        temperature=args.temperature,
+    )
+    model = args.base_url + (f" ({args.api_model})" if args.api_model else "") if args.base_url else args.model
+    spec = EvalSpec(
+        args.env,
+        Method(args.method),
+        model=model,
+        env_kwargs=env_kwargs_from_args(args),
+        limit=args.limit,
+        seed=args.seed,
+        rollout=rollout,
+        label=args.label,
+        chunk_size=args.chunk_size,
+    )
+    out = args.out or f"runs/eval/{_slug(args.env.split('/')[-1])}-{_slug(spec.name)}"
+    result = run_eval(spec, _policy(args), out, resume=not args.overwrite)
+    print((Path(out) / "summary.md").read_text(encoding="utf-8"))
+    print(f"{result.summary['episodes']} questions in {result.summary['wall_s']} s; written to {out}/")
+    return 0
+
+
+def run_report_command(args: argparse.Namespace) -> int:
+    """Run ``agent-r1 report``: print the table, and write Markdown and CSV with ``--out``."""
+    from agent_trainers.evaluation.report import build_report
+
+    in_domain = tuple(d.strip() for d in args.in_domain.split(",") if d.strip())
+    report = build_report(args.folders, metric=args.metric, in_domain=in_domain)
+    text = report.to_markdown()
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table3.md").write_text(text, encoding="utf-8")
+        (out / "table3.csv").write_text(report.to_csv(), encoding="utf-8")
+        print(f"written: {out / 'table3.md'}, {out / 'table3.csv'}")
+    return 0
+
+
+def run_view_command(args: argparse.Namespace) -> int:
+    """Run ``agent-r1 view``: write the HTML viewer of a JSONL file."""
+    from agent_trainers.evaluation.viewer import write_viewer
+
+    tokenizer = None
+    if args.tokenizer.lower() != "none":
+        from agent_trainers.policies import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
+    out = args.out or str(Path(args.file).with_suffix(".html"))
+    path = write_viewer(args.file, out, tokenizer=tokenizer, title=args.title)
+    print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def run_serve_retrieval(argv: Sequence[str]) -> int:
+    """``agent-r1 serve-retrieval ARGS``: :func:`agent_gym.retrieval.server.main` with the same arguments."""
+    from agent_gym.retrieval.server import main as serve
+
+    return serve(list(argv))

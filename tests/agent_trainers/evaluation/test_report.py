@@ -1,0 +1,93 @@
+"""Table 3 from evaluation folders, and the demo's comparison lines, on hand-made records."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from agent_trainers.evaluation import EvalFolder
+from agent_trainers.evaluation.compare import change_statement, changed_answers, comparison_markdown, load_run
+from agent_trainers.evaluation.report import build_report
+from tests.agent_trainers.evaluation.test_records import make
+
+
+def folder(tmp_path, label, dataset, ems, f1s=None, answers=None):
+    """An evaluation folder with one record per EM value (as ``run_eval`` writes it)."""
+    path = tmp_path / f"{label}-{dataset}".replace(" ", "_")
+    out = EvalFolder(path)
+    out.start({"label": label}, resume=False)
+    records = [make(i, em=em, f1=(f1s or ems)[i]) for i, em in enumerate(ems)]
+    for r, answer in zip(records, answers or [None] * len(records), strict=True):
+        r.answer = answer if answer is not None else r.answer
+        out.append(r)
+    summary = {"label": label, "dataset": dataset, "episodes": len(records), "metrics": {}, "by_type": {}}
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def test_table3_layout_cells_and_average(tmp_path):
+    dirs = [
+        folder(tmp_path, "naive RAG", "hotpotqa", [1, 0, 0, 0]),  # 0.25
+        folder(tmp_path, "naive RAG", "2wikimultihopqa", [1, 1, 0, 0]),  # 0.5
+        folder(tmp_path, "naive RAG", "musique", [0, 0, 0, 0]),  # 0.0
+        folder(tmp_path, "agent", "musique", [1, 1, 1, 1]),
+        folder(tmp_path, "agent", "hotpotqa", [1, 1, 1, 0]),
+    ]
+    report = build_report(dirs)
+    assert report.columns == ["hotpotqa", "2wikimultihopqa", "musique"]  # the paper's order, whatever the input's
+    assert list(report.rows) == ["naive RAG", "agent"]
+    assert report.rows["naive RAG"]["2wikimultihopqa"].mean == 0.5
+    assert report.average["naive RAG"].mean == pytest.approx(0.25)  # (0.25 + 0.5 + 0) / 3
+    assert "agent" not in report.average  # no 2Wiki evaluation: no average
+    md = report.to_markdown()
+    head, _, naive, agent = md.splitlines()[:4]
+    assert head == "| method | HotpotQA (in-domain) | 2Wiki (in-domain) | MuSiQue (out-of-domain) | average |"
+    assert naive.startswith("| naive RAG | 0.250 [") and "| 0.000 [0.000, 0.000] |" in naive
+    assert agent.startswith("| agent | 0.750 [") and agent.endswith("| — | 1.000 [1.000, 1.000] | — |")
+    rows = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert [(r["method"], r["dataset"], r["domain"]) for r in rows][:4] == [
+        ("naive RAG", "hotpotqa", "in-domain"),
+        ("naive RAG", "2wikimultihopqa", "in-domain"),
+        ("naive RAG", "musique", "out-of-domain"),
+        ("naive RAG", "average", ""),
+    ]
+    assert float(rows[3]["mean"]) == pytest.approx(0.25) and rows[3]["n"] == "12"
+
+
+def test_in_domain_is_configurable_and_other_metrics_work(tmp_path):
+    dirs = [folder(tmp_path, "a", "hotpotqa", [1, 0], f1s=[1.0, 0.5]), folder(tmp_path, "a", "musique", [0, 0])]
+    report = build_report(dirs, metric="f1", in_domain=["hotpotqa"])
+    assert report.title("hotpotqa") == "HotpotQA (in-domain)" and report.title("musique") == "MuSiQue (out-of-domain)"
+    assert report.rows["a"]["hotpotqa"].mean == 0.75
+
+
+def test_bad_inputs_are_clear_errors(tmp_path):
+    a = folder(tmp_path, "a", "hotpotqa", [1])
+    with pytest.raises(ValueError, match="two evaluations of 'a' on 'hotpotqa'"):
+        build_report([a, a])
+    (tmp_path / "unfinished").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a finished evaluation"):
+        build_report([tmp_path / "unfinished"])
+    with pytest.raises(ValueError, match="no question has metric 'substring'"):
+        build_report([a], metric="substring")
+
+
+def test_change_statements(tmp_path):
+    base = load_run(folder(tmp_path, "base", "hotpotqa", [0] * 10, f1s=[0.0] * 10, answers=["x"] * 10))
+    better = load_run(folder(tmp_path, "sft", "hotpotqa", [0] * 10, f1s=[0.5] * 10, answers=["x"] * 5 + ["y"] * 5))
+    line = change_statement("SFT", better, base)
+    assert line.startswith("SFT changed f1 +0.500 [+0.500, +0.500] ")
+    assert line.endswith("(vs base; 10 questions, 5 answers changed)")
+    assert " em " not in line  # EM did not move: not named
+    same = change_statement("RL", base, base)
+    assert same == "RL changed no metric measurably (every 95% interval includes 0; f1 +0.000 [+0.000, +0.000]) " \
+                   "(vs base; 10 questions, 0 answers changed)"  # fmt: skip
+    assert changed_answers(better, base) == (5, 10)
+    table = comparison_markdown([base, better])
+    assert (
+        table.splitlines()[2].startswith("| base | 0.000 [0.000, 0.000] | 0.000 [")
+        and "| — |" not in table.splitlines()[2][:40]
+    )

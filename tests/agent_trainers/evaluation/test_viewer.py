@@ -1,0 +1,152 @@
+"""The HTML trajectory viewer: card data, escaping, and the page itself in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent_trainers.evaluation import EvalSpec, Method, run_eval
+from agent_trainers.evaluation.viewer import card_data, read_cards, render_html, write_viewer
+from agent_trainers.rollout import RolloutConfig, StopReason, save_jsonl, trajectory_to_dict
+from tests.agent_trainers.evaluation.conftest import HOTPOT, TEST_SPLIT, search_call
+
+CHROMIUM = os.environ.get("AGENT_R1_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENSHOT_DIR = os.environ.get("AGENT_R1_SCREENSHOTS")  # set it to keep the screenshots
+
+
+def script(task, prompt):
+    """Search then answer: right on bridge questions of even id, partly right on odd ones, never on comparisons."""
+    if "Doc 1" not in prompt:
+        return search_call(task.question)
+    if task.type == "comparison":
+        return "I am not sure yet"  # never answers -> max_turns
+    return f"<answer>{task.answer if int(task.id[-1]) % 2 == 0 else task.answer + ' or so'}</answer>"
+
+
+@pytest.fixture(scope="module")
+def episodes(tmp_path_factory, smollm2_tokenizer):
+    from tests.agent_trainers.evaluation.conftest import PromptScripted
+
+    out = tmp_path_factory.mktemp("viewer")
+    spec = EvalSpec(
+        HOTPOT, Method.AGENT, env_kwargs=dict(TEST_SPLIT), rollout=RolloutConfig(max_turns=3, temperature=0.0)
+    )
+    run_eval(spec, PromptScripted(smollm2_tokenizer, script), out / "eval", progress=False)
+    return out / "eval" / "episodes.jsonl"
+
+
+def test_cards_carry_outcome_stop_reason_turns_and_tokens_by_loss_mask(episodes, smollm2_tokenizer):
+    cards = read_cards(episodes, smollm2_tokenizer)
+    assert [c["outcome"] for c in cards] == ["correct", "partial", "no answer", "partial", "correct", "no answer",
+                                             "correct", "partial"]  # fmt: skip
+    assert {c["stop"] for c in cards} == {"answer", "max_turns"}
+    line = json.loads(episodes.read_text().splitlines()[0])
+    traj = line["trajectory"]
+    card = cards[0]
+    assert [s[0] for s in card["segments"]] == [1, 0, 1, 0]  # model call, env result, model answer, its closing
+    model_ids = [i for i, m in zip(traj["completion_ids"], traj["loss_mask"], strict=True) if m]
+    assert sum(s[2] for s in card["segments"] if s[0] == 1) == len(model_ids)
+    assert "".join(s[1] for s in card["segments"]) == smollm2_tokenizer.decode(traj["completion_ids"])
+    assert card["turns"][0]["terms"]["evidence"] > 0 and card["question"] == line["question"]
+    assert card_data(traj, 0, None)["segments"] == []  # no tokenizer: no token view, everything else
+    assert card_data(traj, 0, None)["outcome"] == "correct"  # a bare trajectory: scored from its metrics
+
+
+def test_a_bad_line_names_itself(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"format": 1}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: not a trajectory"):
+        read_cards(path)
+
+
+def test_text_cannot_close_the_script_element():
+    page = render_html([{"x": "</script><script>alert(1)</script>"}], title="<b>t</b>")
+    assert "</script><script>alert(1)" not in page and "\\u003c/script>" in page
+    assert "<title>&lt;b&gt;t&lt;/b&gt;</title>" in page
+
+
+def thousand(episodes, tmp_path):
+    """1,000 trajectories: the 8 real ones with new ids, plus hostile text and a text-mode one."""
+    lines = [json.loads(x) for x in episodes.read_text().splitlines()]
+    out = []
+    for k in range(1000):
+        line = json.loads(json.dumps(lines[k % 8]))
+        line["trajectory"]["task_id"] = line["task_id"] = f"copy-{k}"
+        if k == 999:
+            line["question"] = "</script><script>window.pwned = 1</script>"
+        out.append(line)
+    text_mode = {**out[0]["trajectory"], "completion_ids": [], "loss_mask": [], "logprobs": [], "task_id": "text"}
+    path = tmp_path / "thousand.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in out) + json.dumps(text_mode) + "\n")
+    return path
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium here: `apt-get install chromium` (Debian) to run the browser test"
+)
+def test_the_page_in_headless_chromium(episodes, tmp_path, smollm2_tokenizer):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no browser download needed)")
+    page_path = write_viewer(thousand(episodes, tmp_path), tmp_path / "view.html", smollm2_tokenizer)
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"]  # fmt: skip
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=args, offline=True
+        )
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_path.as_uri())
+        count = page.locator("#count")
+        assert count.text_content() == "1001 of 1001 trajectories match; 50 shown"
+        assert page.locator("article.card").count() == 50  # drawn lazily
+        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        page.wait_for_function("document.querySelectorAll('article.card').length === 100")
+        # colours by loss mask
+        colour = "el => getComputedStyle(el).backgroundColor"
+        first = page.locator("article.card").first
+        assert first.locator(".tok.m1").first.evaluate(colour) == "rgb(200, 236, 200)"
+        assert first.locator(".tok.m0").first.evaluate(colour) == "rgb(214, 224, 245)"
+        assert first.locator(".tok.m1").count() == 2 and first.locator(".tok.m0").count() == 2
+        # outcome filter: only "no answer" (2 of every 8 real ones, none among the text-mode extra)
+        for box in page.locator("#outcome-filter input").all():
+            if box.get_attribute("value") != "no answer":
+                box.uncheck()
+        assert count.text_content() == "250 of 1001 trajectories match; 50 shown"
+        assert set(page.locator("article.card").evaluate_all("cs => cs.map(c => c.dataset.outcome)")) == {"no answer"}
+        # stop-reason filter on top of every outcome
+        for box in page.locator("#outcome-filter input").all():
+            box.check()
+        page.select_option("#stop-filter", str(StopReason.MAX_TURNS))
+        assert count.text_content() == "250 of 1001 trajectories match; 50 shown"
+        assert set(page.locator("article.card").evaluate_all("cs => cs.map(c => c.dataset.stop)")) == {"max_turns"}
+        page.select_option("#stop-filter", "")
+        page.fill("#text-filter", "window.pwned")
+        assert count.text_content() == "1 of 1001 trajectories match; 1 shown"
+        assert "window.pwned = 1" in page.locator("article.card .qa").first.text_content()
+        assert page.evaluate("window.pwned") is None and errors == []
+        page.fill("#text-filter", "text")
+        assert "no token ids" in page.locator("article.card .tokens").first.text_content()
+        page.fill("#text-filter", "")
+        tokens = page.locator("article.card").first.locator("details").last
+        tokens.evaluate("d => { d.open = true; }")
+        tokens.scroll_into_view_if_needed()
+        shot = Path(SCREENSHOT_DIR or tmp_path) / "viewer.png"
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000
+        context.close()
+
+
+def test_trajectory_jsonl_from_the_rollout_engine_works_too(episodes, tmp_path, smollm2_tokenizer):
+    from agent_trainers.rollout import trajectory_from_dict
+
+    lines = [json.loads(x)["trajectory"] for x in episodes.read_text().splitlines()]
+    path = save_jsonl([trajectory_from_dict(t) for t in lines], tmp_path / "rollout.jsonl")
+    cards = read_cards(path, smollm2_tokenizer)
+    assert [c["outcome"] for c in cards][:3] == ["correct", "partial", "no answer"]
+    assert cards[0]["question"] is None and cards[0]["messages"] == lines[0]["messages"]
+    assert trajectory_to_dict(trajectory_from_dict(lines[0])) == lines[0]

@@ -1,0 +1,151 @@
+"""`agent-r1 eval / report / view / serve-retrieval` end to end (tiny random model, scripted servers)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+import agent_gym
+from agent_gym.datasets import embedded_path
+from agent_gym.envs.qa import load_tasks
+from agent_trainers.pipeline.cli import main
+
+TINY = ["--model", "tiny-random", "--max-turns", "1", "--max-new-tokens-per-turn", "4", "--max-total-tokens", "1024"]
+
+
+def summary(folder):
+    return json.loads((folder / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("env_id", [e for e, _ in agent_gym.list_envs()])
+def test_the_defaults_work_on_every_registered_env(env_id, tmp_path, one_thread):
+    out = tmp_path / "ev"
+    assert main(["eval", "--env", env_id, *TINY, "--limit", "2", "--out", str(out)]) == 0
+    s = summary(out)
+    assert (s["episodes"], s["method"], s["env_id"]) == (2, "agent", env_id)
+    spec = json.loads((out / "spec.json").read_text())
+    qa = "QA" in env_id or "MuSiQue" in env_id
+    assert spec["env_kwargs"] == ({"split": "test"} if qa else {})  # SQLite/Calculator take no split
+
+
+def test_data_path_env_kwargs_and_the_baselines(tmp_path, one_thread, capsys):
+    data = embedded_path("musique")
+    for method in ("closed-book", "naive-rag", "base-tool-call"):
+        out = tmp_path / method
+        argv = ["eval", "--env", "AgentR1/MuSiQue-v0", "--data-path", str(data), "--method", method, *TINY]
+        assert main([*argv, "--env-kwargs", '{"top_k": 1}', "--limit", "3", "--out", str(out)]) == 0
+        s = summary(out)
+        assert (s["dataset"], s["episodes"], s["label"]) == ("musique", 3, method)
+        assert json.loads((out / "spec.json").read_text())["env_kwargs"] == {"top_k": 1, "data_path": str(data)}
+    assert "3 questions in" in capsys.readouterr().out
+
+
+def test_a_folder_mixing_splits_is_refused_and_a_glob_chooses(shared_data, tmp_path, capsys, one_thread):
+    argv = ["eval", "--data-path", str(shared_data / "hotpotqa"), "--method", "closed-book", *TINY, "--limit", "1"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agent-r1 eval: error: ") and "data_files" in err and len(err.strip().splitlines()) == 1
+    glob = "dev_distractor_sample_a_*"
+    assert main([*argv, "--data-files", glob, "--out", str(tmp_path / "b")]) == 0
+    assert summary(tmp_path / "b")["dataset"] == "hotpotqa"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env-kwargs", "{nope"], "--env-kwargs must be a JSON object"),
+        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--data-path", "/no/such/file.jsonl"], "does not exist"),
+    ],
+)
+def test_bad_arguments_give_one_line(args, message, tmp_path, capsys):
+    assert main(["eval", "--method", "closed-book", *TINY, "--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_openai_compatible_server_is_evaluated_with_base_url(tmp_path):
+    from agent_gym.integrations.scripted import background_uvicorn, make_chat_app
+
+    answers = {t.question: t.answer for t in load_tasks(source="hotpotqa", split="test")}
+
+    def model(messages, tools):  # right on every question, in <answer> tags
+        question = next(m["content"] for m in messages if m["role"] == "user").removeprefix("Question: ")
+        return {"content": f"<answer>{answers[question]}</answer>", "tool_calls": []}
+
+    app = make_chat_app(model)
+    with background_uvicorn(app) as url:
+        argv = ["eval", "--base-url", f"{url}/v1", "--api-model", "scripted", "--limit", "3", "--out", str(tmp_path)]
+        assert main(argv) == 0
+    s = summary(tmp_path)
+    assert s["metrics"]["em"]["mean"] == 1.0 and s["model"] == f"{url}/v1 (scripted)" and app.state.requests == 3
+
+
+def test_report_and_view_commands(tmp_path, one_thread, capsys):
+    folders = []
+    for env_id in ("AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/MuSiQue-v0"):
+        folders.append(str(tmp_path / env_id.split("/")[1]))
+        assert (
+            main(["eval", "--env", env_id, "--method", "closed-book", *TINY, "--limit", "2", "--out", folders[-1]]) == 0
+        )
+    capsys.readouterr()
+    assert main(["report", *folders, "--out", str(tmp_path / "table"), "--in-domain", "hotpotqa"]) == 0
+    printed = capsys.readouterr().out
+    head = "| method | HotpotQA (in-domain) | 2Wiki (out-of-domain) | MuSiQue (out-of-domain) | average |"
+    assert head in printed and "| closed-book | 0.000 [0.000, 0.000] |" in printed
+    assert (tmp_path / "table" / "table3.csv").read_text().startswith("method,dataset,domain,metric,mean,low,high,n")
+    page = tmp_path / "view.html"
+    assert main(["view", f"{folders[0]}/episodes.jsonl", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.count('"outcome": ') == 2 and "cdn" not in html.lower() and "http" not in html.split("<body>")[0]
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_retrieval_serves_and_stops_gracefully(tmp_path):
+    pytest.importorskip("uvicorn", reason="the server extra is not installed")
+    corpus = tmp_path / "corpus.jsonl"
+    docs = [{"id": "1", "contents": '"Jaws"\nJaws is a 1975 film directed by Steven Spielberg.'},
+            {"id": "2", "contents": '"Paris"\nParis is the capital of France.'}]  # fmt: skip
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    port = free_port()
+    cmd = [sys.executable, "-m", "agent_trainers.pipeline.cli", "serve-retrieval", "--corpus", str(corpus),
+           "--backend", "bm25", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+                time.sleep(0.3)
+        body = {"queries": ["who directed Jaws"], "topk": 1, "return_scores": True}
+        hits = httpx.post(f"http://127.0.0.1:{port}/retrieve", json=body, timeout=10).json()["result"]
+        assert hits[0][0]["document"]["id"] == "1" and health["backend"] == "bm25"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    # uvicorn shuts down gracefully, then re-raises the signal so the exit status tells why it stopped
+    assert proc.returncode == -signal.SIGTERM, out
+    assert "2 passages loaded" in out and "Finished server process" in out
+
+
+def test_serve_retrieval_errors_are_one_line(tmp_path, capsys):
+    pytest.importorskip("uvicorn", reason="the server extra is not installed")
+    assert main(["serve-retrieval", "--corpus", str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agent-r1 serve-retrieval: error:") and len(err.strip().splitlines()) == 1
