@@ -10,6 +10,10 @@ bookkeeping is exact:
   the model's turn (:meth:`agent_trainers.rollout.chat.ChatTokenizer.env_ids`),
   with ``loss_mask`` 0. The history is never re-rendered or re-tokenized.
 
+A policy that keeps per-episode state (a :class:`~agent_trainers.policies.SessionPolicy`,
+e.g. ``TransformersPolicy`` with its KV cache) is told which episode each
+prompt belongs to, and each episode's state is freed as soon as it ends.
+
 Example:
     >>> policy = TransformersPolicy(*load_model("smollm2"))  # doctest: +SKIP
     >>> trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0, 1], group_size=4)  # doctest: +SKIP
@@ -23,7 +27,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
-from agent_trainers.policies.sampling import ChatPolicy, Generation, TokenPolicy
+from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPolicy, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
 from agent_trainers.rollout.concurrency import run_with_timeouts
 from agent_trainers.rollout.config import RolloutConfig
@@ -180,6 +184,8 @@ def rollout(
         else:
             _play_text(policy, episodes, cfg, done)
     finally:
+        if isinstance(policy, SessionPolicy):
+            policy.end_sessions(episodes)
         for ep in episodes:
             if ep.traj.stop_reason != StopReason.TOOL_TIMEOUT:
                 ep.env.close()
@@ -227,6 +233,7 @@ def _make_episodes(
 
 def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConfig, notify: _Notifier) -> None:
     stop = stop_strings_for(episodes[0].env) if episodes else []
+    sessions = isinstance(policy, SessionPolicy)
     while live := [ep for ep in episodes if not ep.done]:
         by_limit: dict[int, list[_Episode]] = {}
         for ep in live:
@@ -237,9 +244,9 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
                 by_limit.setdefault(min(cfg.max_new_tokens_per_turn, room), []).append(ep)
         stepping: list[tuple[_Episode, str]] = []
         for limit, group in by_limit.items():
-            gens = policy.generate(
-                [ep.traj.prompt_ids + ep.traj.completion_ids for ep in group], cfg.sampling(stop, limit)
-            )
+            prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep in group]
+            params = cfg.sampling(stop, limit)
+            gens = policy.generate(prompts, params, sessions=group) if sessions else policy.generate(prompts, params)
             for ep, gen in zip(group, gens, strict=True):
                 action = ep.add_model_turn(gen)
                 if gen.finish_reason == "length" and limit < cfg.max_new_tokens_per_turn:
@@ -247,6 +254,8 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
                 else:
                     stepping.append((ep, action))
         _step_all(stepping, cfg, lambda ep, step: ep.apply_step(step, cfg.max_total_tokens))
+        if sessions:
+            policy.end_sessions([ep for ep in live if ep.done])  # free their KV caches now
         notify()
 
 
