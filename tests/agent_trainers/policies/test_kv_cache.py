@@ -12,7 +12,6 @@ from transformers import DynamicCache, MistralConfig, MistralForCausalLM
 from agent_trainers.policies import SamplingParams, SessionPolicy, TransformersPolicy, load_model
 from agent_trainers.policies.kv_cache import EpisodeKVCache, supports_kv_reuse
 from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout
-from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.conftest import LookupEnv
 
 GREEDY = SamplingParams(max_new_tokens=6, temperature=0.0)
@@ -56,7 +55,8 @@ def test_sessions_over_turns_match_plain_decoding(one_thread, tiny64):
         assert set(cached._kv.entries) == set(keys)
         for key, prompt, gen in zip(keys, prompts, got, strict=True):  # the entry holds all but the last token
             assert cached._kv.entries[key].tokens == prompt + gen.token_ids[:-1]
-        prompts = [p + g.token_ids + env_ids(tok, "ok " * (turn + k)) for k, (p, g) in enumerate(zip(prompts, got))]
+        pairs = enumerate(zip(prompts, got, strict=True))
+        prompts = [p + g.token_ids + env_ids(tok, "ok " * (turn + k)) for k, (p, g) in pairs]
         if turn == 0:
             cached.end_sessions(["d"])
             keys, prompts = keys[:3], prompts[:3]
@@ -187,11 +187,10 @@ def test_smollm2_multi_turn_rollout_is_token_exact_with_cache(one_thread):
     model, tok = load_model("smollm2", device="cpu")
     model = model.double()
     cfg = RolloutConfig(max_new_tokens_per_turn=24, max_total_tokens=2048, temperature=0.0, max_turns=3)
-    runs = [
-        rollout(TransformersPolicy(model, tok, reuse_kv_cache=reuse), "AgentR1/HotpotQA-v0", task_indices=[0, 1],
-                group_size=2, config=cfg)  # fmt: skip
-        for reuse in (True, False)
-    ]
+    runs = []
+    for reuse in (True, False):
+        policy = TransformersPolicy(model, tok, reuse_kv_cache=reuse)
+        runs.append(rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0, 1], group_size=2, config=cfg))
     assert max(len(t.turns) for t in runs[0]) >= 2
     for c, p in zip(*runs, strict=True):
         assert c.completion_ids == p.completion_ids
