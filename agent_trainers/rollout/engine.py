@@ -31,6 +31,7 @@ from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPoli
 from agent_trainers.rollout.chat import ChatTokenizer
 from agent_trainers.rollout.concurrency import run_with_timeouts
 from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.progress import RolloutProgress
 from agent_trainers.rollout.types import StopReason, Trajectory, TurnSpan
 
 __all__ = ["rollout", "stop_strings_for"]
@@ -151,6 +152,7 @@ def rollout(
     env_kwargs: dict[str, Any] | None = None,
     config: RolloutConfig | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
+    progress: bool | RolloutProgress = False,
 ) -> list[Trajectory]:
     """Play ``len(task_indices) * group_size`` episodes of ``env_id`` with ``policy``.
 
@@ -164,7 +166,9 @@ def rollout(
             ``seed + p`` if ``config.same_noise_in_group`` else ``seed + p * G + g``.
         env_kwargs: Passed to ``gymnasium.make``.
         config: How to play (default :class:`RolloutConfig()`).
-        on_episode_end: Called with each trajectory as soon as it ends (progress bars).
+        on_episode_end: Called with each trajectory as soon as it ends.
+        progress: Show a progress bar (episode-turns, model tokens/s, ETA; see
+            :class:`~agent_trainers.rollout.progress.RolloutProgress`), or update the one given.
 
     Returns:
         Trajectories ordered task by task, group members adjacent.
@@ -177,7 +181,10 @@ def rollout(
         raise TypeError(f"policy must have generate(prompts, params) or generate_chat(...) (got {type(policy)})")
     chat = ChatTokenizer(policy.tokenizer) if token_mode else None
     episodes = _make_episodes(chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg)
-    done = _Notifier(episodes, on_episode_end)
+    bar = progress
+    if progress is True:
+        bar = RolloutProgress(len(episodes), episodes[0].env.spec.max_episode_steps if episodes else None)
+    done = _Notifier(episodes, on_episode_end, bar if isinstance(bar, RolloutProgress) else None)
     try:
         if token_mode:
             _play_tokens(policy, episodes, cfg, done)
@@ -189,22 +196,34 @@ def rollout(
         for ep in episodes:
             if ep.traj.stop_reason != StopReason.TOOL_TIMEOUT:
                 ep.env.close()
+        if progress is True and isinstance(bar, RolloutProgress):
+            bar.close()
     return [ep.traj for ep in episodes]
 
 
 class _Notifier:
-    """Calls ``on_episode_end`` once per episode, when it is seen finished."""
+    """Reports progress: generated turns to the bar; each ended episode once to the bar and ``on_episode_end``."""
 
-    def __init__(self, episodes: list[_Episode], callback: Callable[[Trajectory], None] | None):
-        self.episodes, self.callback, self.seen = episodes, callback, set[int]()
+    def __init__(
+        self,
+        episodes: list[_Episode],
+        callback: Callable[[Trajectory], None] | None,
+        bar: RolloutProgress | None = None,
+    ):
+        self.episodes, self.callback, self.bar, self.seen = episodes, callback, bar, set[int]()
+
+    def generated(self, gens: Sequence[Generation]) -> None:
+        if self.bar is not None:
+            self.bar.generated(len(gens), sum(len(g.token_ids) for g in gens))
 
     def __call__(self) -> None:
-        if self.callback is None:
-            return
         for i, ep in enumerate(self.episodes):
             if ep.done and i not in self.seen:
                 self.seen.add(i)
-                self.callback(ep.traj)
+                if self.bar is not None:
+                    self.bar.ended(ep.traj)
+                if self.callback is not None:
+                    self.callback(ep.traj)
 
 
 def _make_episodes(
@@ -247,6 +266,7 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
             prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep in group]
             params = cfg.sampling(stop, limit)
             gens = policy.generate(prompts, params, sessions=group) if sessions else policy.generate(prompts, params)
+            notify.generated(gens)
             for ep, gen in zip(group, gens, strict=True):
                 action = ep.add_model_turn(gen)
                 if gen.finish_reason == "length" and limit < cfg.max_new_tokens_per_turn:
@@ -281,6 +301,7 @@ def _play_text(policy: ChatPolicy, episodes: list[_Episode], cfg: RolloutConfig,
     params = cfg.sampling(stop_strings_for(episodes[0].env) if episodes else [])
     while live := [ep for ep in episodes if not ep.done]:
         gens = policy.generate_chat([ep.messages for ep in live], params)
+        notify.generated(gens)
         stepping = [(ep, ep.add_text_turn(gen)) for ep, gen in zip(live, gens, strict=True)]
         _step_all(stepping, cfg, _Episode.apply_text_step)
         notify()

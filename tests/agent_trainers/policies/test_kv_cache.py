@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import pytest
 import torch
 from transformers import DynamicCache, MistralConfig, MistralForCausalLM
@@ -12,7 +11,7 @@ from transformers import DynamicCache, MistralConfig, MistralForCausalLM
 from agent_trainers.policies import SamplingParams, SessionPolicy, TransformersPolicy, load_model
 from agent_trainers.policies.kv_cache import EpisodeKVCache, supports_kv_reuse
 from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout
-from tests.conftest import LookupEnv
+from tests.agent_trainers.conftest import UNEVEN_ID
 
 GREEDY = SamplingParams(max_new_tokens=6, temperature=0.0)
 
@@ -114,24 +113,6 @@ def test_fp32_cached_and_plain_greedy_agree(one_thread, tiny_model):
     prompts = [chat_ids(tok, "hello"), chat_ids(tok, "a longer question about capitals")]
     cached = TransformersPolicy(model, tok).generate(prompts, GREEDY, sessions=[0, 1])
     assert_same(cached, TransformersPolicy(model, tok, reuse_kv_cache=False).generate(prompts, GREEDY), atol=1e-5)
-
-
-class UnevenLookup(LookupEnv):
-    """Task ``i``'s episode is cut after ``i + 1`` steps, so episodes of one rollout end at different turns."""
-
-    def reset(self, *, seed=None, options=None):
-        self.steps_left = int((options or {}).get("task_index", 0)) + 1
-        return super().reset(seed=seed, options=options)
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
-        self.steps_left -= 1
-        return obs, reward, terminated, truncated or self.steps_left == 0, info
-
-
-UNEVEN_ID = "Test/UnevenLookup-v0"
-if UNEVEN_ID not in gym.registry:
-    gym.register(UNEVEN_ID, entry_point=UnevenLookup, max_episode_steps=4)
 
 
 class LiveCheckingPolicy(TransformersPolicy):
