@@ -202,3 +202,15 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
     (loss_a, grad_a, ent_a), (loss_b, grad_b, ent_b) = results
     assert torch.allclose(loss_a, loss_b, atol=1e-6) and loss_a != 0
     assert torch.allclose(grad_a, grad_b, atol=1e-6) and ent_a == pytest.approx(ent_b, abs=1e-6)
+
+
+def test_micro_batch_args_split_one_generation_into_accumulated_micro_batches():
+    from agent_trainers.algorithms.trl_args import micro_batch_args
+
+    assert micro_batch_args(8, 2) == {
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 4,
+        "steps_per_generation": 4,
+    }
+    with pytest.raises(ValueError, match=r"divide the rollouts per step \(got 3 and 8\)"):
+        micro_batch_args(8, 3)
