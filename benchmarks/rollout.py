@@ -55,6 +55,8 @@ class Args:
     """Model played (``smollm2``, ``tiny-random`` or a checkpoint folder)."""
     cache_check: bool = False
     """Run only the cache-reuse check (part 1) and end with ``cache reuse: exact=... speedup=...``."""
+    threads_check: bool = False
+    """Run only the cache check's rollout (with reuse) under 1 and 2 torch threads, alternating ``repeats`` times."""
     check_episodes: int = 4
     """Episodes of the cache check (one batch, distinct tasks)."""
     check_turns: int = 3
@@ -194,6 +196,20 @@ def cache_check(args: Args, model: Any, tok: Any) -> None:
     print(f"cache reuse: exact={str(exact).lower()} speedup={plain_s / cached_s:.2f}")
 
 
+def threads_check(args: Args, model: Any, tok: Any) -> None:
+    """Is one torch thread faster than two on this machine? The cache check's rollout, alternating."""
+    cfg = RolloutConfig(max_new_tokens_per_turn=args.check_new_tokens, max_turns=args.check_turns,
+                        temperature=0.0, max_total_tokens=4096)  # fmt: skip
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for n in walls:
+            torch.set_num_threads(n)
+            walls[n].append(play(args, model, tok, cfg, args.check_episodes, reuse=True).wall_s)
+    one, two = statistics.median(walls[1]), statistics.median(walls[2])
+    print(f"threads: 1 thread {one:.1f} s (runs: {_fmt(walls[1])}), 2 threads {two:.1f} s (runs: {_fmt(walls[2])})")
+    print(f"threads: 2 threads take {two / one:.2f}x the time of 1")
+
+
 @torch.inference_mode()
 def bare_generate(model: Any, tok: Any, prompts: list[list[int]], new_tokens: int, temperature: float) -> None:
     """The reference: one plain batched ``model.generate`` call, forced to ``new_tokens``."""
@@ -308,8 +324,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"args: {args}  torch threads: {torch.get_num_threads()}")
     model, tok = load_model(args.model, device="cpu", dtype=getattr(torch, args.dtype))
-    if args.cache_check:
-        cache_check(args, model, tok)
+    if args.cache_check or args.threads_check:
+        if args.cache_check:
+            cache_check(args, model, tok)
+        if args.threads_check:
+            threads_check(args, model, tok)
         return
     cache_check(args, model, tok)
     overhead(args, model, tok)
