@@ -1,20 +1,46 @@
-"""One GRPO step: our ``rollout_func`` path vs TRL's own ``environment_factory`` path.
+"""One GRPO step on equal work: our ``rollout_func`` path vs TRL's own ``environment_factory`` tool loop.
 
-Both paths train the same model on the same env, batch and token budget with
-TRL's ``GRPOTrainer``; only the rollout differs:
+Both paths train the same checkpoint on the same env with TRL's ``GRPOTrainer``,
+one task per step, a group of ``G`` rollouts, and the same token caps:
 
-* ours  - :class:`agent_trainers.algorithms.EnvRolloutFunc` (batched generation across
-  episodes, exact token ids, env tokens masked), ``AgentGRPOTrainer``;
-* TRL's - ``environment_factory=make_environment_factory(env_id)``; TRL's tool
-  loop runs tools one at a time.
+* at most ``max_turns`` model turns per episode (TRL: ``max_tool_calling_iterations
+  = max_turns - 1`` tool rounds after its first generation);
+* at most ``max_new_tokens_per_turn`` tokens per model turn (TRL:
+  ``generation_kwargs={"max_new_tokens": ...}``, used by every generate call of its loop);
+* at most ``completion_budget`` completion tokens (model + tool tokens) per
+  episode (TRL: ``max_completion_length``; ours: ``max_total_tokens`` = the task's
+  own prompt length + the budget).
 
-Each path runs in its own subprocess, so peak RSS (``ru_maxrss``) is its own.
-Seconds per step is the mean of TRL's ``step_time`` over the measured steps
-(after ``warmup`` steps). Prints both figures and the ratios ours / TRL's
-(goal: time <= 0.5x, memory <= 1.0x).
+What each model then writes still differs (TRL's turns end only at
+``<|im_end|>``, ours also at ``</tool_call>`` / ``</answer>``; TRL continues only
+after a tool call, our env answers malformed text with an error and continues),
+so tokens per step and tokens/s are reported next to seconds per step.
+
+* ours  - :class:`agent_trainers.algorithms.AgentGRPOTrainer` with
+  :class:`~agent_trainers.algorithms.EnvRolloutFunc` (batched generation, per-episode
+  KV caches across turns, concurrent env steps), forward/backward in micro-batches
+  of ``micro_batch`` rollouts (TRL's own gradient accumulation: ``per_device_train_batch_size
+  = micro_batch``, ``gradient_accumulation_steps = steps_per_generation = G / micro_batch``;
+  TRL scores log-probs with its fused, chunked LM head, so full-vocabulary logits
+  are never built in either path);
+* TRL's - ``GRPOTrainer(environment_factory=make_environment_factory(env_id))``
+  with each layout in ``reference_micro_batches`` (0: TRL's default, the whole
+  group in one forward).
+
+Each (checkpoint, path) runs in its own subprocess, so peak RSS (``ru_maxrss``)
+is its own; "step extra" is the peak minus the RSS once the trainer is built.
+Seconds per step: wall time from ``on_step_begin`` to ``on_step_end`` (optimizer
+included), mean over ``steps`` steps after ``warmup``. The breakdown times, per
+step: generation (``TransformersPolicy.generate`` / TRL's ``_generate_single_turn``),
+env (resets and steps; ours: the thread-pooled turn, TRL: its serial tool calls),
+scoring (``_calculate_rewards``), forward (``compute_loss``), backward, and the
+rest (tokenization, padding, advantages, optimizer).
+
+Checkpoints: ``runs/demo/sft`` is the main job's SFT stage (``bash scripts/run.sh``,
+or ``agent-r1 train --config configs/demo.yaml --set rl.enabled=false``).
 
 Run:
-    .venv/bin/python benchmarks/grpo_step.py --model smollm2 --steps 2
+    .venv/bin/python benchmarks/grpo_step.py --models runs/demo/sft,smollm2 --steps 2
 """
 
 from __future__ import annotations
@@ -22,40 +48,55 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+PARTS = ("generation", "env", "scoring", "forward", "backward", "other")
 
 
 @dataclass
 class Args:
     """Benchmark settings (every field is a command-line flag)."""
 
-    model: str = "smollm2"
-    """``smollm2``, ``tiny-random``, or a checkpoint folder (e.g. a run's ``sft/``, a policy that calls tools)."""
+    models: str = "runs/demo/sft,smollm2"
+    """Comma-separated checkpoints, each benchmarked on both paths: ``smollm2``, ``tiny-random`` or a folder."""
     env_id: str = "AgentR1/HotpotQA-v0"
     """Environment played by both paths."""
     num_generations: int = 4
     """Rollouts per step (one task, a group of G)."""
     max_turns: int = 2
-    """Turn limit (ours: env turns; TRL: tool-calling iterations)."""
+    """Model turns per episode, both paths."""
     max_new_tokens_per_turn: int = 64
-    """Tokens the model may generate per turn (ours; TRL has no per-turn cap)."""
+    """Tokens per model turn, both paths."""
     completion_budget: int = 512
-    """Completion tokens (model + tool tokens) per rollout, both paths: TRL's ``max_completion_length``;
-    ours: ``max_total_tokens`` = the longest prompt + this."""
+    """Completion tokens (model + tool tokens) per episode, both paths."""
+    micro_batch: int = 1
+    """Ours: rollouts per forward/backward (must divide ``num_generations``)."""
+    reference_micro_batches: str = "0,1"
+    """TRL's layouts to measure: 0 is TRL's default (the group in one forward); others as ``micro_batch``."""
     warmup: int = 1
     """Steps run before measuring."""
     steps: int = 2
     """Measured steps."""
     seed: int = 0
-    """Seed of both runs."""
+    """Seed of every run."""
     threads: int = 1
-    """torch CPU threads per run (1: avoids oversubscribing a shared 2-core machine)."""
+    """torch CPU threads per run (1: faster than 2 on this project's busy 2-core machine)."""
+    model: str = ""
+    """Internal: the checkpoint of a single run."""
     path: str = ""
     """Internal: run only this path (``ours`` or ``trl``) and print JSON."""
+    layout: int = 0
+    """Internal: the micro-batch of a single run (0: the whole group)."""
 
 
 def _parse() -> Args:
@@ -65,80 +106,248 @@ def _parse() -> Args:
     return Args(**vars(parser.parse_args()))
 
 
-def _model(args: Args):
-    from agent_trainers.policies import load_model
+# ------------------------------------------------------------------ one run (subprocess)
+class Timers:
+    """Wall time of wrapped callables, per key, reset at each step."""
 
-    return load_model(args.model, device="cpu")
+    def __init__(self) -> None:
+        self.acc: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, float] = defaultdict(float)
+
+    def wrap(self, owner: Any, attr: str, key: str) -> None:
+        """Replace ``owner.attr`` by a timed version adding its wall time to ``key``."""
+        fn = getattr(owner, attr)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.acc[key] += time.perf_counter() - start
+
+        setattr(owner, attr, timed)
+
+    def take(self) -> tuple[dict[str, float], dict[str, float]]:
+        acc, counts = dict(self.acc), dict(self.counts)
+        self.acc.clear()
+        self.counts.clear()
+        return acc, counts
 
 
-def _run_path(args: Args) -> dict[str, float]:
-    import os
+def _count_tokens(timers: Timers, trainer_cls: Any) -> None:
+    """Count the tokens of each generation batch as the trainer lays it out."""
+    original = trainer_cls._generate_and_score_completions
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
+    def counted(self: Any, inputs: Any) -> Any:
+        out = original(self, inputs)
+        completion = out["completion_mask"]
+        model_mask = completion * out["tool_mask"] if out.get("tool_mask") is not None else completion
+        timers.counts["model_tokens"] += float(model_mask.sum())
+        timers.counts["completion_tokens"] += float(completion.sum())
+        timers.counts["trained_tokens"] += float(completion.sum() + out["prompt_mask"].sum())
+        timers.counts["padded_tokens"] += float(out["prompt_ids"].numel() + out["completion_ids"].numel())
+        return out
+
+    trainer_cls._generate_and_score_completions = counted
+
+
+def _instrument(timers: Timers, path: str) -> None:
+    from trl import GRPOTrainer
+
+    from agent_trainers.algorithms.env_factory import TRLEnvironment
+    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
+    from agent_trainers.policies import TransformersPolicy
+    from agent_trainers.rollout import engine
+
+    timers.wrap(GRPOTrainer, "_calculate_rewards", "scoring")
+    timers.wrap(GRPOTrainer, "compute_loss", "forward")
+    if path == "ours":
+        timers.wrap(TransformersPolicy, "generate", "generation")
+        timers.wrap(engine, "_step_all", "env")
+        timers.wrap(engine, "_make_episodes", "env")
+        _count_tokens(timers, AgentGRPOTrainer)
+    else:
+        timers.wrap(GRPOTrainer, "_generate_single_turn", "generation")
+        timers.wrap(TRLEnvironment, "_act", "env")
+        timers.wrap(TRLEnvironment, "reset", "env")
+        _count_tokens(timers, GRPOTrainer)
+
+
+def _step_recorder(timers: Timers) -> Any:
+    from transformers import TrainerCallback
+
+    class StepRecorder(TrainerCallback):
+        """Wall time and breakdown of each optimizer step."""
+
+        def __init__(self) -> None:
+            self.records: list[dict[str, float]] = []
+            self.start = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            timers.take()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            wall = time.perf_counter() - self.start
+            acc, counts = timers.take()
+            record = {"wall": wall, **{k: acc.get(k, 0.0) for k in PARTS[:-1]}, **counts}
+            record["other"] = wall - sum(acc.get(k, 0.0) for k in PARTS[:-1])
+            self.records.append(record)
+
+    return StepRecorder()
+
+
+def _batch_args(args: Args) -> dict[str, Any]:
+    """TRL's batch layout: the whole group in one forward (``layout`` 0) or micro-batches of ``layout`` rollouts."""
+    from agent_trainers.algorithms.trl_args import micro_batch_args
+
+    g = args.num_generations
+    return {**micro_batch_args(g, args.layout or g), "num_generations": g}
+
+
+def _budgeted_rollout_func(rows: list[dict[str, Any]], tok: Any, args: Args) -> Any:
+    """Our rollout function with ``max_total_tokens`` = each task's prompt length + the completion budget."""
+    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
+    from agent_trainers.rollout import ChatTokenizer, RolloutConfig
+
+    chat = ChatTokenizer(tok)
+    prompt_len = {(r["env_id"], r["task_index"]): len(chat.prompt_ids(r["prompt"])) for r in rows}
+
+    class Budgeted(EnvRolloutFunc):
+        def play(self, tasks: Any, group: int, policy: Any, config: Any) -> Any:
+            out = []
+            for task in tasks:  # one group per task
+                cfg = replace(config, max_total_tokens=prompt_len[task] + args.completion_budget)
+                out += super().play([task], group, policy, cfg)
+            return out
+
+    config = RolloutConfig(max_turns=args.max_turns, max_new_tokens_per_turn=args.max_new_tokens_per_turn)
+    return Budgeted(rows, config=config, seed=args.seed)
+
+
+def _trainer(args: Args, model: Any, tok: Any) -> Any:
     from datasets import Dataset
     from trl import GRPOTrainer
 
     from agent_trainers.algorithms.env_factory import make_environment_factory, trl_dataset_rows
     from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.rollout_func import env_reward, grpo_dataset_rows
     from agent_trainers.algorithms.trl_args import make_grpo_config
-    from agent_trainers.rollout import RolloutConfig
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, tok = _model(args)
-    total = args.warmup + args.steps
-    common = {
-        "output_dir": tempfile.mkdtemp(prefix="grpo_bench_"),
-        "max_steps": total,
-        "per_device_train_batch_size": args.num_generations,
-        "num_generations": args.num_generations,
-        "seed": args.seed,
-        "shuffle_dataset": False,
-    }
-    tasks = list(range(total))
+    tasks = list(range(args.warmup + args.steps))
+    cfg = make_grpo_config(
+        output_dir=tempfile.mkdtemp(prefix="grpo_bench_"),
+        max_steps=len(tasks),
+        seed=args.seed,
+        shuffle_dataset=False,
+        max_completion_length=args.completion_budget,
+        **_batch_args(args),
+        **({} if args.path == "ours" else {"max_tool_calling_iterations": args.max_turns - 1}),
+        **({} if args.path == "ours" else {"generation_kwargs": {"max_new_tokens": args.max_new_tokens_per_turn}}),
+    )
     if args.path == "ours":
         rows = grpo_dataset_rows(args.env_id, tasks)
-        longest = max(
-            len(
-                tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
-                    "input_ids"
-                ]
-            )
-            for r in rows
-        )
-        rc = RolloutConfig(
-            max_turns=args.max_turns,
-            max_new_tokens_per_turn=args.max_new_tokens_per_turn,
-            max_total_tokens=longest + args.completion_budget,
-        )
-        trainer = AgentGRPOTrainer(
+        return AgentGRPOTrainer(
             model=model,
             processing_class=tok,
             reward_funcs=[env_reward],
-            args=make_grpo_config(max_completion_length=args.completion_budget, **common),
+            args=cfg,
             train_dataset=Dataset.from_list(rows),
-            rollout_func=EnvRolloutFunc(rows, config=rc, seed=args.seed),
+            rollout_func=_budgeted_rollout_func(rows, tok, args),
             advantage="turn",
         )
-    else:
-        cfg = make_grpo_config(
-            max_completion_length=args.completion_budget,
-            max_tool_calling_iterations=args.max_turns,
-            **common,
-        )
-        trainer = GRPOTrainer(
-            model=model,
-            processing_class=tok,
-            args=cfg,
-            train_dataset=Dataset.from_list(trl_dataset_rows(tasks, env_id=args.env_id)),
-            environment_factory=make_environment_factory(args.env_id, seed=args.seed),
-        )
+    return GRPOTrainer(
+        model=model,
+        processing_class=tok,
+        args=cfg,
+        train_dataset=Dataset.from_list(trl_dataset_rows(tasks, env_id=args.env_id)),
+        environment_factory=make_environment_factory(args.env_id, seed=args.seed),
+    )
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _run_path(args: Args) -> dict[str, Any]:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+
+    from agent_trainers.policies import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    timers = Timers()
+    _instrument(timers, args.path)
+    model, tok = load_model(args.model, device="cpu")
+    trainer = _trainer(args, model, tok)
+    timers.wrap(trainer.accelerator, "backward", "backward")
+    recorder = _step_recorder(timers)
+    trainer.add_callback(recorder)
+    built_mb = _rss_mb()
     trainer.train()
-    times = [r["step_time"] for r in trainer.state.log_history if "step_time" in r][args.warmup :]
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    return {"s_per_step": sum(times) / len(times), "peak_rss_mb": rss_mb}
+    measured = recorder.records[args.warmup :]
+    keys = measured[0].keys() if measured else ()
+    mean = {k: statistics.fmean(r.get(k, 0.0) for r in measured) for k in keys}
+    return {"mean": mean, "steps": measured, "peak_rss_mb": _rss_mb(), "built_rss_mb": built_mb}
+
+
+# ------------------------------------------------------------------ driver
+def _subprocess(args: Args, model: str, path: str, layout: int) -> dict[str, Any]:
+    argv = [sys.executable, __file__]
+    for f in dataclasses.fields(Args):
+        argv += [f"--{f.name.replace('_', '-')}", str(getattr(args, f.name))]
+    argv += ["--model", model, "--path", path, "--layout", str(layout)]
+    print(f"  running {path} (micro batch {layout or args.num_generations}) on {model} ...", flush=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        sys.exit(f"{path} run on {model} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def _row(label: str, res: dict[str, Any]) -> str:
+    m = res["mean"]
+    parts = " ".join(f"{m.get(k, 0.0):7.1f}" for k in PARTS)
+    gen_rate = m.get("model_tokens", 0.0) / max(1e-9, m.get("generation", 0.0))
+    step_rate = m.get("trained_tokens", 0.0) / m["wall"]
+    extra = res["peak_rss_mb"] - res["built_rss_mb"]
+    return (
+        f"{label:30s} {m['wall']:7.1f} {parts} | {m.get('model_tokens', 0):6.0f} {gen_rate:7.1f} "
+        f"{m.get('trained_tokens', 0):7.0f} {m.get('padded_tokens', 0):7.0f} {step_rate:7.1f} | "
+        f"{res['peak_rss_mb']:7.0f} {extra:7.0f}"
+    )
+
+
+def _report(args: Args, model: str, ours: dict[str, Any], refs: dict[int, dict[str, Any]]) -> None:
+    g = args.num_generations
+    print(
+        f"\nGRPO step on {model}: {args.env_id}, G={g}, <= {args.max_turns} model turns of <= "
+        f"{args.max_new_tokens_per_turn} tokens, <= {args.completion_budget} completion tokens per episode (both paths)"
+    )
+    head = " ".join(f"{k[:7]:>7s}" for k in PARTS)
+    print(
+        f"{'path (micro batch)':30s} {'s/step':>7s} {head} | {'model':>6s} {'gen':>7s} {'trained':>7s} "
+        f"{'padded':>7s} {'trained':>7s} | {'peak':>7s} {'step'}"
+    )
+    print(
+        f"{'':30s} {'':7s} {'(seconds per step)':^55s} | {'tok':>6s} {'tok/s':>7s} {'tok':>7s} {'tok':>7s} "
+        f"{'tok/s':>7s} | {'RSS MB':>7s} {'extra MB'}"
+    )
+    print(_row(f"ours ({args.micro_batch})", ours))
+    for layout, res in refs.items():
+        print(_row(f"TRL environment_factory ({layout or g})", res))
+    o = ours["mean"]
+    for layout, res in refs.items():
+        r = res["mean"]
+        per_tok = (o["wall"] / max(1.0, o.get("model_tokens", 0))) / (r["wall"] / max(1.0, r.get("model_tokens", 0)))
+        extra = (ours["peak_rss_mb"] - ours["built_rss_mb"]) / max(1.0, res["peak_rss_mb"] - res["built_rss_mb"])
+        print(
+            f"ratio ours / TRL ({layout or g}): time {o['wall'] / r['wall']:.2f}x (goal <= 0.5x), "
+            f"peak memory {ours['peak_rss_mb'] / res['peak_rss_mb']:.2f}x (goal <= 0.5x), "
+            f"step extra memory {extra:.2f}x, "
+            f"time per generated model token {per_tok:.2f}x"
+        )
 
 
 def main() -> None:
@@ -146,29 +355,15 @@ def main() -> None:
     if args.path:
         print("RESULT " + json.dumps(_run_path(args)))
         return
-    results = {}
-    for path in ("trl", "ours"):
-        argv = [sys.executable, __file__, "--path", path]
-        for f in dataclasses.fields(Args):
-            if f.name != "path":
-                argv += [f"--{f.name.replace('_', '-')}", str(getattr(args, f.name))]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            sys.exit(f"{path} run failed:\n{proc.stderr[-3000:]}")
-        results[path] = json.loads(lines[-1][len("RESULT ") :])
-    ours, ref = results["ours"], results["trl"]
-    print(
-        f"GRPO step, {args.model}, {args.env_id}, G={args.num_generations}, {args.max_turns} turns, "
-        f"{args.completion_budget} completion tokens"
-    )
-    print(f"{'path':28s} {'s/step':>8s} {'peak RSS MB':>12s}")
-    print(f"{'ours (rollout_func)':28s} {ours['s_per_step']:8.2f} {ours['peak_rss_mb']:12.0f}")
-    print(f"{'TRL environment_factory':28s} {ref['s_per_step']:8.2f} {ref['peak_rss_mb']:12.0f}")
-    print(
-        f"ratio ours/TRL: time {ours['s_per_step'] / ref['s_per_step']:.2f}x (goal <= 0.5x), "
-        f"memory {ours['peak_rss_mb'] / ref['peak_rss_mb']:.2f}x (goal <= 1.0x)"
-    )
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for model in models:
+        if model not in ("smollm2", "tiny-random") and not Path(model).is_dir():
+            sys.exit(f"checkpoint {model!r} not found (runs/demo/sft comes from `bash scripts/run.sh`)")
+    layouts = [int(x) for x in args.reference_micro_batches.split(",") if x.strip()]
+    for model in models:
+        ours = _subprocess(args, model, "ours", args.micro_batch)
+        refs = {layout: _subprocess(args, model, "trl", layout) for layout in layouts}
+        _report(args, model, ours, refs)
 
 
 if __name__ == "__main__":

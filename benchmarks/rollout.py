@@ -1,19 +1,29 @@
-"""Rollout engine overhead and tool-call overlap, each against a reference measured in the same run.
+"""Rollout engine speed: KV-cache reuse, engine overhead and tool-call overlap, each against a reference.
 
-1. Overhead. The engine plays ``episodes`` HotpotQA episodes with SmolLM2 on
-   CPU. Every batched generate call it makes is recorded (prompts, tokens
-   produced); the reference then replays exactly those calls as bare batched
-   ``model.generate`` (same prompts, left padding, sampling, each call forced to
-   its longest generation's length). Figure: engine tokens/s over the whole
-   rollout (generation, stop checks, log-probs, env steps, template deltas);
-   reference: bare-generate tokens/s for the same model tokens; ratio and
-   overhead ``engine_time / reference_time - 1`` (goal <= 10%).
-2. Tool overlap. ``overlap_episodes`` scripted episodes (a search call, then an
+1. Cache reuse. The engine plays the same greedy multi-turn SmolLM2 rollout
+   twice: with ``TransformersPolicy``'s per-episode KV caches (each turn runs the
+   model over the new env tokens only) and with ``reuse_kv_cache=False`` (each
+   turn re-runs the whole conversation). Figures: model tokens/s of each, the
+   speed-up, and whether both produced the same token ids with log-probs within
+   ``logprob_atol``. ``--cache-check`` runs only this and ends with the line
+   ``cache reuse: exact=<true|false> speedup=<ratio>``.
+2. Overhead. The engine plays ``episodes`` HotpotQA episodes with SmolLM2 on
+   CPU, with and without KV reuse (same seeds: same prompts and tokens, which
+   is checked). Every batched generate call of the re-prefilling run is
+   recorded (prompts, tokens produced); the reference then replays exactly those
+   calls as bare batched ``model.generate`` (same prompts, left padding,
+   sampling, each call forced to its longest generation's length). Figures:
+   engine tokens/s over the whole rollout (generation, stop checks, log-probs,
+   env steps, template deltas) with and without reuse; reference: bare-generate
+   tokens/s for the same model tokens; ratios and the overhead
+   ``engine_time / reference_time - 1`` of the re-prefilling engine (goal <= 10%).
+3. Tool overlap. ``overlap_episodes`` scripted episodes (a search call, then an
    answer) on an env whose ``step`` sleeps ``tool_latency_s``. Figure: wall
    time with the engine's thread pool; references: the same rollout with one
    worker (the serial sum) and the ideal ``turns * latency`` (the max).
 
 Run: ``python benchmarks/rollout.py`` (defaults take a few minutes on 2 CPU cores);
+``python benchmarks/rollout.py --cache-check`` (only part 1);
 ``python benchmarks/rollout.py --episodes 8 --max-new-tokens 64`` for a longer one.
 """
 
@@ -23,6 +33,7 @@ import argparse
 import dataclasses
 import statistics
 import time
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +42,7 @@ import torch
 
 import agent_gym  # noqa: F401  (registers the environment ids)
 from agent_trainers.policies import Generation, SamplingParams, ScriptedPolicy, TransformersPolicy, load_model
-from agent_trainers.rollout import RolloutConfig, rollout
+from agent_trainers.rollout import RolloutConfig, Trajectory, rollout
 
 
 @dataclass
@@ -40,6 +51,24 @@ class Args:
 
     env_id: str = "AgentR1/HotpotQA-v0"
     """Environment played (its embedded sample, no data files needed)."""
+    model: str = "smollm2"
+    """Model played (``smollm2``, ``tiny-random`` or a checkpoint folder)."""
+    cache_check: bool = False
+    """Run only the cache-reuse check (part 1) and end with ``cache reuse: exact=... speedup=...``."""
+    threads_check: bool = False
+    """Run only the cache check's rollout (with reuse) under 1 and 2 torch threads, alternating ``repeats`` times."""
+    check_episodes: int = 4
+    """Episodes of the cache check (one batch, distinct tasks)."""
+    check_turns: int = 3
+    """Turn limit of the cache check."""
+    check_new_tokens: int = 32
+    """Tokens per turn in the cache check (greedy)."""
+    dtype: str = "float32"
+    """Model dtype (``float32``, or ``float64`` to see the paths agree far below float32's rounding)."""
+    logprob_atol: float = 1e-4
+    """Largest log-prob difference the cache check accepts as exact. In float32, batching alone moves
+    SmolLM2's greedy log-probs by up to 2e-5 (the same prompts decoded alone vs in a batch of 4, no cache);
+    in float64 the paths agree to ~1e-12 (the tests require 1e-5)."""
     episodes: int = 4
     """Episodes in the overhead run (one batch)."""
     max_new_tokens: int = 32
@@ -47,10 +76,10 @@ class Args:
     max_turns: int = 3
     """Turn limit of the overhead run."""
     temperature: float = 1.0
-    """Sampling temperature of both the engine and the reference."""
+    """Sampling temperature of the overhead run's engine and reference."""
     threads: int = 1
-    """torch CPU threads (0: torch's default). 1 by default: on a shared 2-core machine torch's 2 threads
-    oversubscribe and a SmolLM2 decode step took 8 s instead of 0.08 s."""
+    """torch CPU threads (0: torch's default). 1 by default: on this project's shared 2-core machine one thread
+    decoded faster than two (see the README's rollout section for the measurement)."""
     tool_latency_s: float = 0.5
     """Latency of every env step in the overlap run."""
     overlap_episodes: int = 8
@@ -58,23 +87,127 @@ class Args:
     seed: int = 0
     """Seed of sampling and resets."""
     repeats: int = 2
-    """Engine and reference runs alternate this many times; medians are reported (the box is shared)."""
+    """Timed runs alternate this many times; medians are reported (the box is shared)."""
 
 
 class RecordingPolicy:
-    """Wraps a policy and records every generate call (prompts and generations)."""
+    """Wraps a policy, times it and records every generate call (prompts and generations)."""
 
     def __init__(self, inner: TransformersPolicy):
         self.inner, self.tokenizer = inner, inner.tokenizer
         self.calls: list[tuple[list[list[int]], list[Generation]]] = []
         self.generate_s = 0.0
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, sessions: Sequence[Hashable] | None = None
+    ) -> list[Generation]:
         start = time.perf_counter()
-        gens = self.inner.generate(prompts, params)
+        gens = self.inner.generate(prompts, params, sessions=sessions)
         self.generate_s += time.perf_counter() - start
         self.calls.append(([list(p) for p in prompts], gens))
         return gens
+
+    def end_sessions(self, sessions: Iterable[Hashable]) -> None:
+        self.inner.end_sessions(sessions)
+
+
+@dataclass
+class Run:
+    """One timed engine rollout."""
+
+    trajs: list[Trajectory]
+    wall_s: float
+    policy: RecordingPolicy
+
+    @property
+    def tokens(self) -> int:
+        return sum(sum(t.loss_mask) for t in self.trajs)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens the model ran over: all of them without reuse; with reuse, the new ones plus one per row."""
+        stats = self.policy.inner.cache_stats
+        if stats is None or not self.policy.inner.reuses_kv_cache or not _used_sessions(self.policy):
+            return sum(len(p) for prompts, _ in self.policy.calls for p in prompts)
+        return stats.prefilled + sum(len(prompts) for prompts, _ in self.policy.calls)
+
+
+def _used_sessions(policy: RecordingPolicy) -> bool:
+    stats = policy.inner.cache_stats
+    return stats is not None and (stats.prefilled + stats.reused + stats.shared) > 0
+
+
+def play(args: Args, model: Any, tok: Any, cfg: RolloutConfig, episodes: int, reuse: bool) -> Run:
+    """One engine rollout of ``episodes`` tasks, timed, with or without KV reuse."""
+    policy = RecordingPolicy(TransformersPolicy(model, tok, batch_size=episodes, seed=args.seed, reuse_kv_cache=reuse))
+    start = time.perf_counter()
+    trajs = rollout(policy, args.env_id, task_indices=range(episodes), seed=args.seed, config=cfg, progress=True)
+    return Run(trajs, time.perf_counter() - start, policy)
+
+
+def compare(cached: list[Trajectory], plain: list[Trajectory]) -> tuple[bool, float]:
+    """(same token ids and masks everywhere, largest log-prob difference)."""
+    same, worst = True, 0.0
+    for c, p in zip(cached, plain, strict=True):
+        same &= c.completion_ids == p.completion_ids and c.loss_mask == p.loss_mask
+        if len(c.logprobs) == len(p.logprobs):
+            worst = max([worst, *(abs(a - b) for a, b in zip(c.logprobs, p.logprobs, strict=True))])
+    return same, worst
+
+
+def timed_pair(args: Args, model: Any, tok: Any, cfg: RolloutConfig, episodes: int) -> tuple[list[Run], list[Run]]:
+    """``repeats`` alternating (re-prefill, cached) runs."""
+    plain, cached = [], []
+    for _ in range(args.repeats):
+        plain.append(play(args, model, tok, cfg, episodes, reuse=False))
+        cached.append(play(args, model, tok, cfg, episodes, reuse=True))
+    return plain, cached
+
+
+def _row(label: str, runs: list[Run]) -> float:
+    wall = statistics.median(r.wall_s for r in runs)
+    r = runs[-1]
+    print(
+        f"  {label:26s}: {wall:7.2f} s  {r.tokens / wall:7.1f} model tok/s  prompt tokens run: {r.prompt_tokens:6d}"
+        f"  (runs: {_fmt([x.wall_s for x in runs])})"
+    )
+    return wall
+
+
+def cache_check(args: Args, model: Any, tok: Any) -> None:
+    """Part 1: the same greedy rollout with and without KV reuse; exactness and speed-up."""
+    cfg = RolloutConfig(
+        max_new_tokens_per_turn=args.check_new_tokens,
+        max_turns=args.check_turns,
+        temperature=0.0,
+        max_total_tokens=4096,
+    )
+    plain, cached = timed_pair(args, model, tok, cfg, args.check_episodes)
+    same, worst = compare(cached[-1].trajs, plain[-1].trajs)
+    same &= all(compare(c.trajs, cached[0].trajs)[0] for c in cached)  # every repeat played the same
+    turns = [len(t.turns) for t in cached[-1].trajs]
+    print(
+        f"cache reuse: {args.check_episodes} episodes, turns {turns}, greedy, {args.check_new_tokens} tokens/turn, "
+        f"{cached[-1].tokens} model tokens, {args.dtype}"
+    )
+    plain_s, cached_s = _row("re-prefill every turn", plain), _row("KV cache reuse", cached)
+    print(f"  same token ids: {same}; largest log-prob difference: {worst:.2e} (accepted: {args.logprob_atol:.0e})")
+    exact = same and worst <= args.logprob_atol
+    print(f"cache reuse: exact={str(exact).lower()} speedup={plain_s / cached_s:.2f}")
+
+
+def threads_check(args: Args, model: Any, tok: Any) -> None:
+    """Is one torch thread faster than two on this machine? The cache check's rollout, alternating."""
+    cfg = RolloutConfig(max_new_tokens_per_turn=args.check_new_tokens, max_turns=args.check_turns,
+                        temperature=0.0, max_total_tokens=4096)  # fmt: skip
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for n in walls:
+            torch.set_num_threads(n)
+            walls[n].append(play(args, model, tok, cfg, args.check_episodes, reuse=True).wall_s)
+    one, two = statistics.median(walls[1]), statistics.median(walls[2])
+    print(f"threads: 1 thread {one:.1f} s (runs: {_fmt(walls[1])}), 2 threads {two:.1f} s (runs: {_fmt(walls[2])})")
+    print(f"threads: 2 threads take {two / one:.2f}x the time of 1")
 
 
 @torch.inference_mode()
@@ -97,32 +230,41 @@ def bare_generate(model: Any, tok: Any, prompts: list[list[int]], new_tokens: in
 
 
 def overhead(args: Args, model: Any, tok: Any) -> None:
-    cfg = RolloutConfig(max_new_tokens_per_turn=args.max_new_tokens, max_turns=args.max_turns,
-                        temperature=args.temperature, max_total_tokens=4096)  # fmt: skip
-    engine, inside, reference = [], [], []
-    for _ in range(args.repeats):
-        policy = RecordingPolicy(TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed))
-        start = time.perf_counter()
-        trajs = rollout(policy, args.env_id, task_indices=range(args.episodes), seed=args.seed, config=cfg)
-        engine.append(time.perf_counter() - start)
-        inside.append(policy.generate_s)
+    """Part 2: engine tokens/s with and without KV reuse, and the re-prefilling engine vs bare generate."""
+    cfg = RolloutConfig(
+        max_new_tokens_per_turn=args.max_new_tokens,
+        max_turns=args.max_turns,
+        temperature=args.temperature,
+        max_total_tokens=4096,
+    )
+    plain, cached = timed_pair(args, model, tok, cfg, args.episodes)
+    reference = []
+    for run in plain:
         torch.manual_seed(args.seed)
         start = time.perf_counter()
-        for prompts, gens in policy.calls:
+        for prompts, gens in run.policy.calls:
             bare_generate(model, tok, prompts, max(len(g.token_ids) for g in gens), args.temperature)
         reference.append(time.perf_counter() - start)
-    engine_s, ref_s, gen_s = statistics.median(engine), statistics.median(reference), statistics.median(inside)
-    tokens = sum(sum(t.loss_mask) for t in trajs)
-    turns = sum(len(t.turns) for t in trajs)
+    same, _ = compare(cached[-1].trajs, plain[-1].trajs)
+    last = plain[-1]
+    turns = sum(len(t.turns) for t in last.trajs)
     print(
-        f"overhead: {args.episodes} episodes, {turns} turns, {len(policy.calls)} generate calls, {tokens} model tokens"
+        f"overhead: {args.episodes} episodes, {turns} turns, {len(last.policy.calls)} generate calls, "
+        f"{last.tokens} model tokens, temperature {args.temperature}; same tokens with and without reuse: {same}"
     )
-    print(f"  engine rollout         : {engine_s:7.2f} s  {tokens / engine_s:7.1f} tok/s  (runs: {_fmt(engine)})")
+    plain_s, cached_s = _row("engine, re-prefill", plain), _row("engine, KV cache reuse", cached)
+    gen_s = statistics.median(r.policy.generate_s for r in plain)
     print(
-        f"    of which policy.generate: {gen_s:7.2f} s; env steps + templates + tokenization: {engine_s - gen_s:.2f} s"
+        f"    re-prefill run: policy.generate {gen_s:.2f} s; env steps + templates + tokenization "
+        f"{plain_s - gen_s:.2f} s"
     )
-    print(f"  reference bare generate: {ref_s:7.2f} s  {tokens / ref_s:7.1f} tok/s  (runs: {_fmt(reference)})")
-    print(f"  ratio engine/reference tok/s: {ref_s / engine_s:.3f}   overhead: {100 * (engine_s / ref_s - 1):+.1f}%")
+    ref_s = statistics.median(reference)
+    rate = last.tokens / ref_s
+    print(f"  {'reference bare generate':26s}: {ref_s:7.2f} s  {rate:7.1f} model tok/s  (runs: {_fmt(reference)})")
+    print(
+        f"  KV reuse speed-up: {plain_s / cached_s:.2f}x   re-prefill engine overhead vs bare generate: "
+        f"{100 * (plain_s / ref_s - 1):+.1f}%   KV-reuse engine vs bare generate: {ref_s / cached_s:.2f}x"
+    )
 
 
 def _fmt(xs: list[float]) -> str:
@@ -168,7 +310,11 @@ def overlap(args: Args, tok: Any) -> None:
 def parse_args() -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action="store_true", default=f.default)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
     return Args(**vars(parser.parse_args()))
 
 
@@ -177,7 +323,14 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(f"args: {args}  torch threads: {torch.get_num_threads()}")
-    model, tok = load_model("smollm2", device="cpu")
+    model, tok = load_model(args.model, device="cpu", dtype=getattr(torch, args.dtype))
+    if args.cache_check or args.threads_check:
+        if args.cache_check:
+            cache_check(args, model, tok)
+        if args.threads_check:
+            threads_check(args, model, tok)
+        return
+    cache_check(args, model, tok)
     overhead(args, model, tok)
     overlap(args, tok)
 

@@ -6,7 +6,9 @@
 * :mod:`.rollout_func` - our engine as TRL's ``rollout_func`` (:class:`EnvRolloutFunc`), :func:`env_reward`;
 * :mod:`.grpo` - :class:`AgentGRPOTrainer`: TRL's ``GRPOTrainer`` with advantages from the registry;
 * :mod:`.checkpoints` - exact resume (rollout state in checkpoints, last complete checkpoint);
-* :mod:`.trl_args` - device / precision / logger arguments (:func:`make_grpo_config`, :func:`make_sft_config`);
+* :mod:`.trl_args` - device / precision / logger arguments (:func:`make_grpo_config`, :func:`make_sft_config`),
+  micro-batches (:func:`micro_batch_args`);
+* :mod:`.logprobs` - log-probs of the loss-mask tokens only, in vocabulary chunks (:func:`scored_token_logprobs`);
 * :mod:`.sft` - cold-start SFT on oracle trajectories;
 * :mod:`.env_factory` - a TRL ``environment_factory`` from an env id;
 * :mod:`.evaluate` - evaluation on held-aside tasks.
@@ -34,6 +36,8 @@ _LAZY = {
     "ReportTo": "trl_args",
     "make_grpo_config": "trl_args",
     "make_sft_config": "trl_args",
+    "micro_batch_args": "trl_args",
+    "scored_token_logprobs": "logprobs",
     "last_complete_checkpoint": "checkpoints",
     "oracle_episodes": "sft",
     "run_sft": "sft",

@@ -23,6 +23,14 @@ log-probs, per model token) to the estimator.
 
 Group statistics use the local batch, so with several processes each group
 must stay on one process (true for one process).
+
+Memory: the loss scores log-probs with :func:`~agent_trainers.algorithms.logprobs.scored_token_logprobs`
+(one forward over the whole sequences, the LM head in vocabulary chunks over the
+model's own tokens only) where the model allows it, else with TRL's fused LM head;
+full-vocabulary logits are never built for the batch. Train in micro-batches with
+TRL's own knobs (``per_device_train_batch_size`` below the group,
+``gradient_accumulation_steps = steps_per_generation``; see
+:func:`~agent_trainers.algorithms.trl_args.micro_batch_args`).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from trl.trainer.utils import RepeatSampler, add_fused_lm_head
 
 from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
 from agent_trainers.algorithms.checkpoints import RolloutStateCallback
+from agent_trainers.algorithms.logprobs import scored_token_logprobs, supports_scored_logprobs
 from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
 from agent_trainers.algorithms.tensors import RewardBatch, reward_batch
 
@@ -134,6 +143,56 @@ class AgentGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
             self.kl_reference = self.accelerator.prepare_model(reference, evaluation_mode=True)
         self.add_callback(RolloutStateCallback(self.rollout_func))
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss, with log-probs scored on the loss-mask positions only (see the module docstring)."""
+        mask = inputs["completion_mask"]
+        self._scored = mask * inputs["tool_mask"] if inputs.get("tool_mask") is not None else mask
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._scored = None
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        scored = getattr(self, "_scored", None)
+        if (
+            scored is None
+            or compute_aux_loss
+            or self.args.cast_lm_head_to_fp32
+            or any(v is not None for v in multimodal.values())
+            or not supports_scored_logprobs(model)
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
+        with self.accelerator.autocast():
+            logps, entropies = scored_token_logprobs(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                scored,
+                temperature=self.temperature,
+                compute_entropy=compute_entropy,
+            )
+        return logps, entropies, None
 
     def _get_train_sampler(self, dataset: Any = None) -> Sampler:
         sampler = super()._get_train_sampler(dataset)

@@ -202,7 +202,7 @@ def run_trl_rl_stage(state: RunState) -> None:
     from agent_trainers.algorithms.checkpoints import last_complete_checkpoint, load_rollout_state
     from agent_trainers.algorithms.grpo import AgentGRPOTrainer
     from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-    from agent_trainers.algorithms.trl_args import make_grpo_config
+    from agent_trainers.algorithms.trl_args import make_grpo_config, micro_batch_args
 
     c, r = state.config, state.config.rl
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
@@ -215,9 +215,8 @@ def run_trl_rl_stage(state: RunState) -> None:
         report_to=c.report_to,
         output_dir=str(state.out / "rl"),
         max_steps=r.steps,
-        per_device_train_batch_size=r.num_generations * r.prompts_per_step,
+        **micro_batch_args(r.num_generations * r.prompts_per_step),  # one generation, trained a rollout at a time
         num_generations=r.num_generations,
-        gradient_accumulation_steps=1,
         learning_rate=r.learning_rate,
         beta=r.beta,
         temperature=c.rollout.temperature,

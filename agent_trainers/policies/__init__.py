@@ -1,8 +1,9 @@
 """Generation backends behind one sampling type, and the one model loader (the lowest trainer layer).
 
 * :class:`SamplingParams`, :class:`Generation`, the :class:`TokenPolicy` /
-  :class:`ChatPolicy` protocols and the stop rules (:mod:`.sampling`);
-* :class:`TransformersPolicy` (any ``transformers`` causal LM), :class:`VLLMPolicy`
+  :class:`SessionPolicy` / :class:`ChatPolicy` protocols and the stop rules (:mod:`.sampling`);
+* :class:`TransformersPolicy` (any ``transformers`` causal LM; per-episode KV
+  caches across turns, :mod:`.kv_cache`), :class:`VLLMPolicy`
   (experimental, GPU), :class:`OpenAIPolicy` (any OpenAI-compatible server,
   evaluation only), :class:`ScriptedPolicy` (tests, scripted baselines);
 * :func:`load_model` / :func:`load_tokenizer`: ``smollm2``, ``tiny-random``, a
@@ -30,6 +31,7 @@ from agent_trainers.policies.sampling import (
     FinishReason,
     Generation,
     SamplingParams,
+    SessionPolicy,
     TokenPolicy,
     cut_at_stop,
     end_of_turn_id,
@@ -49,6 +51,7 @@ __all__ = [
     "OpenAIPolicy",
     "SamplingParams",
     "ScriptedPolicy",
+    "SessionPolicy",
     "TokenPolicy",
     "TransformersPolicy",
     "VLLMPolicy",

@@ -15,14 +15,17 @@ A generation stops at EOS / ``<|im_end|>`` (the id is kept: it is the model's
 own end of turn), or right after the token whose decoding completes one of the
 ``stop`` strings (:func:`cut_at_stop`). Ids are never re-encoded.
 
-A backend may keep state between calls (a KV cache, prefix caching): within an
-episode each prompt is the previous prompt plus the previous generation plus
-the env's tokens, so earlier prompts are always prefixes of later ones.
+A backend may keep state between calls: within an episode each prompt is the
+previous prompt plus the previous generation plus the env's tokens, so earlier
+prompts are always prefixes of later ones. vLLM finds such prefixes itself
+(prefix caching); a :class:`SessionPolicy` (``TransformersPolicy``) is told
+which episode each prompt belongs to and when episodes end, and keeps one KV
+cache per episode. The rollout engine passes sessions to backends that take them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -34,6 +37,7 @@ __all__ = [
     "FinishReason",
     "Generation",
     "SamplingParams",
+    "SessionPolicy",
     "TokenPolicy",
     "cut_at_stop",
     "end_of_turn_id",
@@ -117,6 +121,29 @@ class TokenPolicy(Protocol):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Continue each prompt (token ids) once, in order."""
+        ...
+
+
+@runtime_checkable
+class SessionPolicy(Protocol):
+    """A :class:`TokenPolicy` that keeps per-episode state (a KV cache) between calls.
+
+    ``generate`` takes one session key per prompt (an episode); the backend may
+    reuse what it kept for that key where the prompt extends the key's earlier
+    prompt and generation. ``end_sessions`` frees the state of ended episodes.
+    Results must equal those of calls without sessions.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, sessions: Sequence[Hashable] | None = None
+    ) -> list[Generation]:
+        """Continue each prompt once, in order; ``sessions[i]`` names the episode of ``prompts[i]``."""
+        ...
+
+    def end_sessions(self, sessions: Iterable[Hashable]) -> None:
+        """Forget what was kept for ``sessions``."""
         ...
 
 

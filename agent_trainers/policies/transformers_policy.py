@@ -1,8 +1,15 @@
-"""Batched sampling with any ``transformers`` causal LM (CPU or GPU): :class:`TransformersPolicy`."""
+"""Batched sampling with any ``transformers`` causal LM (CPU or GPU): :class:`TransformersPolicy`.
+
+With ``sessions`` (one key per episode, passed by the rollout engine) it keeps
+each episode's KV cache between turns and runs the model only over the new
+env tokens (:mod:`agent_trainers.policies.kv_cache`); the tokens and log-probs
+are those of plain re-prefilling decoding (the tests compare both).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -15,6 +22,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from agent_trainers.policies.kv_cache import CacheStats, EpisodeKVCache, supports_kv_reuse
 from agent_trainers.policies.sampling import (
     FinishReason,
     Generation,
@@ -78,13 +86,26 @@ class TransformersPolicy:
         batch_size: Prompts per ``model.generate`` call.
         seed: Seeds torch's RNG before each call (call ``k`` uses ``seed + k``),
             so a rollout is reproducible given the seed.
+        reuse_kv_cache: Keep each session's KV cache between calls (when
+            :meth:`generate` gets ``sessions``); False re-runs the model over
+            every whole prompt. Models whose cache layout is not supported
+            (:func:`~agent_trainers.policies.kv_cache.supports_kv_reuse`) fall
+            back to re-prefilling, with a warning.
 
     Example:
         >>> policy = TransformersPolicy(*load_model("tiny-random"))  # doctest: +SKIP
         >>> gens = policy.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))  # doctest: +SKIP
     """
 
-    def __init__(self, model: Any, tokenizer: PreTrainedTokenizerBase, *, batch_size: int = 8, seed: int = 0):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        batch_size: int = 8,
+        seed: int = 0,
+        reuse_kv_cache: bool = True,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
         self.model, self.tokenizer = model, tokenizer
@@ -92,21 +113,58 @@ class TransformersPolicy:
         self.calls = 0
         self._end_ids = end_token_ids(tokenizer)
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._end_ids)
+        self._kv: EpisodeKVCache | None = None
+        if reuse_kv_cache and supports_kv_reuse(model):
+            self._kv = EpisodeKVCache(model)
+        elif reuse_kv_cache:
+            warnings.warn(
+                f"{type(model).__name__}: its cache layout is not supported for reuse; every turn re-runs the prompt",
+                stacklevel=2,
+            )
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one continuation per prompt (see :mod:`agent_trainers.policies.sampling`)."""
+    @property
+    def reuses_kv_cache(self) -> bool:
+        """True when calls with ``sessions`` reuse each session's KV cache."""
+        return self._kv is not None
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """Prompt tokens prefilled / reused / shared by the cache path so far (None without reuse)."""
+        return self._kv.stats if self._kv is not None else None
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, sessions: Sequence[Hashable] | None = None
+    ) -> list[Generation]:
+        """Sample one continuation per prompt (see :mod:`agent_trainers.policies.sampling`).
+
+        Args:
+            prompts: Token ids, one list per continuation (non-empty).
+            params: How to sample.
+            sessions: One key per prompt naming its episode: the KV cache of an
+                earlier call with the same key is reused for the prompt's
+                common prefix with it. Call :meth:`end_sessions` when episodes end.
+        """
+        if any(not p for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if sessions is not None and len(sessions) != len(prompts):
+            raise ValueError(f"got {len(sessions)} sessions for {len(prompts)} prompts")
         out: list[Generation] = []
         for i in range(0, len(prompts), self.batch_size):
-            out.extend(self._generate_batch(prompts[i : i + self.batch_size], params))
+            batch = prompts[i : i + self.batch_size]
+            keys = sessions[i : i + self.batch_size] if sessions is not None and self._kv is not None else None
+            out.extend(self._generate_batch(batch, params, keys))
         return out
+
+    def end_sessions(self, sessions: Iterable[Hashable]) -> None:
+        """Free the KV caches of ``sessions`` (their episodes ended); unknown keys are ignored."""
+        if self._kv is not None:
+            self._kv.drop(sessions)
 
     def _pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, p in enumerate(prompts):
-            if not p:
-                raise ValueError("every prompt needs at least one token")
             ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[row, width - len(p) :] = 1
         device = next(self.model.parameters()).device
@@ -125,8 +183,14 @@ class TransformersPolicy:
         )
 
     @torch.inference_mode()
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, sessions: Sequence[Hashable] | None
+    ) -> list[Generation]:
         ids, mask = self._pad(prompts)
+        past = None
+        if sessions is not None and self._kv is not None:
+            self._kv.prepare(sessions, prompts)
+            past = self._kv.stack(sessions, ids.shape[1])
         recorder = _RecordLogprobs(params.temperature)
         stop = params.stop
         criteria = StoppingCriteriaList([_StopOnText(self.tokenizer, stop, ids.shape[1])] if stop else [])
@@ -135,6 +199,7 @@ class TransformersPolicy:
         seqs = self.model.generate(
             input_ids=ids,
             attention_mask=mask,
+            past_key_values=past,
             generation_config=self._generation_config(params),
             logits_processor=LogitsProcessorList([recorder]),
             stopping_criteria=criteria,
@@ -143,7 +208,10 @@ class TransformersPolicy:
         if new.shape[1]:
             recorder.gather(new[:, -1])
         lps = torch.stack(recorder.taken, dim=1) if recorder.taken else torch.zeros_like(new, dtype=torch.float)
-        return [self._finish(new[r].tolist(), lps[r].tolist(), stop) for r in range(new.shape[0])]
+        gens = [self._finish(new[r].tolist(), lps[r].tolist(), stop) for r in range(new.shape[0])]
+        if past is not None and self._kv is not None and sessions is not None:
+            self._kv.keep(sessions, prompts, past, ids.shape[1], [g.token_ids for g in gens])
+        return gens
 
     def _finish(self, ids: list[int], lps: list[float], stop: Sequence[str]) -> Generation:
         n, stopped = cut_at_stop(ids, self.tokenizer, stop, self._end_ids)

@@ -10,6 +10,10 @@ bookkeeping is exact:
   the model's turn (:meth:`agent_trainers.rollout.chat.ChatTokenizer.env_ids`),
   with ``loss_mask`` 0. The history is never re-rendered or re-tokenized.
 
+A policy that keeps per-episode state (a :class:`~agent_trainers.policies.SessionPolicy`,
+e.g. ``TransformersPolicy`` with its KV cache) is told which episode each
+prompt belongs to, and each episode's state is freed as soon as it ends.
+
 Example:
     >>> policy = TransformersPolicy(*load_model("smollm2"))  # doctest: +SKIP
     >>> trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0, 1], group_size=4)  # doctest: +SKIP
@@ -23,10 +27,11 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
-from agent_trainers.policies.sampling import ChatPolicy, Generation, TokenPolicy
+from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPolicy, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
 from agent_trainers.rollout.concurrency import run_with_timeouts
 from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.progress import RolloutProgress
 from agent_trainers.rollout.types import StopReason, Trajectory, TurnSpan
 
 __all__ = ["rollout", "stop_strings_for"]
@@ -151,6 +156,7 @@ def rollout(
     env_kwargs: dict[str, Any] | None = None,
     config: RolloutConfig | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
+    progress: bool | RolloutProgress = False,
 ) -> list[Trajectory]:
     """Play ``len(task_indices) * group_size`` episodes of ``env_id`` with ``policy``.
 
@@ -164,7 +170,9 @@ def rollout(
             ``seed + p`` if ``config.same_noise_in_group`` else ``seed + p * G + g``.
         env_kwargs: Passed to ``gymnasium.make``.
         config: How to play (default :class:`RolloutConfig()`).
-        on_episode_end: Called with each trajectory as soon as it ends (progress bars).
+        on_episode_end: Called with each trajectory as soon as it ends.
+        progress: Show a progress bar (episode-turns, model tokens/s, ETA; see
+            :class:`~agent_trainers.rollout.progress.RolloutProgress`), or update the one given.
 
     Returns:
         Trajectories ordered task by task, group members adjacent.
@@ -177,32 +185,49 @@ def rollout(
         raise TypeError(f"policy must have generate(prompts, params) or generate_chat(...) (got {type(policy)})")
     chat = ChatTokenizer(policy.tokenizer) if token_mode else None
     episodes = _make_episodes(chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg)
-    done = _Notifier(episodes, on_episode_end)
+    bar = progress
+    if progress is True:
+        bar = RolloutProgress(len(episodes), episodes[0].env.spec.max_episode_steps if episodes else None)
+    done = _Notifier(episodes, on_episode_end, bar if isinstance(bar, RolloutProgress) else None)
     try:
         if token_mode:
             _play_tokens(policy, episodes, cfg, done)
         else:
             _play_text(policy, episodes, cfg, done)
     finally:
+        if isinstance(policy, SessionPolicy):
+            policy.end_sessions(episodes)
         for ep in episodes:
             if ep.traj.stop_reason != StopReason.TOOL_TIMEOUT:
                 ep.env.close()
+        if progress is True and isinstance(bar, RolloutProgress):
+            bar.close()
     return [ep.traj for ep in episodes]
 
 
 class _Notifier:
-    """Calls ``on_episode_end`` once per episode, when it is seen finished."""
+    """Reports progress: generated turns to the bar; each ended episode once to the bar and ``on_episode_end``."""
 
-    def __init__(self, episodes: list[_Episode], callback: Callable[[Trajectory], None] | None):
-        self.episodes, self.callback, self.seen = episodes, callback, set[int]()
+    def __init__(
+        self,
+        episodes: list[_Episode],
+        callback: Callable[[Trajectory], None] | None,
+        bar: RolloutProgress | None = None,
+    ):
+        self.episodes, self.callback, self.bar, self.seen = episodes, callback, bar, set[int]()
+
+    def generated(self, gens: Sequence[Generation]) -> None:
+        if self.bar is not None:
+            self.bar.generated(len(gens), sum(len(g.token_ids) for g in gens))
 
     def __call__(self) -> None:
-        if self.callback is None:
-            return
         for i, ep in enumerate(self.episodes):
             if ep.done and i not in self.seen:
                 self.seen.add(i)
-                self.callback(ep.traj)
+                if self.bar is not None:
+                    self.bar.ended(ep.traj)
+                if self.callback is not None:
+                    self.callback(ep.traj)
 
 
 def _make_episodes(
@@ -231,6 +256,7 @@ def _make_episodes(
 
 def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConfig, notify: _Notifier) -> None:
     stop = stop_strings_for(episodes[0].env) if episodes else []
+    sessions = isinstance(policy, SessionPolicy)
     while live := [ep for ep in episodes if not ep.done]:
         by_limit: dict[int, list[_Episode]] = {}
         for ep in live:
@@ -241,9 +267,10 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
                 by_limit.setdefault(min(cfg.max_new_tokens_per_turn, room), []).append(ep)
         stepping: list[tuple[_Episode, str]] = []
         for limit, group in by_limit.items():
-            gens = policy.generate(
-                [ep.traj.prompt_ids + ep.traj.completion_ids for ep in group], cfg.sampling(stop, limit)
-            )
+            prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep in group]
+            params = cfg.sampling(stop, limit)
+            gens = policy.generate(prompts, params, sessions=group) if sessions else policy.generate(prompts, params)
+            notify.generated(gens)
             for ep, gen in zip(group, gens, strict=True):
                 action = ep.add_model_turn(gen)
                 if gen.finish_reason == "length" and limit < cfg.max_new_tokens_per_turn:
@@ -251,6 +278,8 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
                 else:
                     stepping.append((ep, action))
         _step_all(stepping, cfg, lambda ep, step: ep.apply_step(step, cfg.max_total_tokens))
+        if sessions:
+            policy.end_sessions([ep for ep in live if ep.done])  # free their KV caches now
         notify()
 
 
@@ -276,6 +305,7 @@ def _play_text(policy: ChatPolicy, episodes: list[_Episode], cfg: RolloutConfig,
     params = cfg.sampling(stop_strings_for(episodes[0].env) if episodes else [])
     while live := [ep for ep in episodes if not ep.done]:
         gens = policy.generate_chat([ep.messages for ep in live], params)
+        notify.generated(gens)
         stepping = [(ep, ep.add_text_turn(gen)) for ep, gen in zip(live, gens, strict=True)]
         _step_all(stepping, cfg, _Episode.apply_text_step)
         notify()

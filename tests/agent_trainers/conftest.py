@@ -3,7 +3,8 @@
 The tokenizer is loaded once per session from the safetensors cache (the first
 run ever converts the shipped GGUF file, ~20 s). ``Test/Lookup-v0`` is the
 LookupEnv of ``tests/conftest.py`` registered like our envs (TimeLimit + stop
-reason); ``Test/SlowLookup-v0`` sleeps ``latency_s`` in every step.
+reason); ``Test/SlowLookup-v0`` sleeps ``latency_s`` in every step;
+``Test/UnevenLookup-v0`` cuts task ``i`` after ``i + 1`` steps.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.conftest import LookupEnv
 
 LOOKUP_ID = "Test/Lookup-v0"
 SLOW_LOOKUP_ID = "Test/SlowLookup-v0"
+UNEVEN_ID = "Test/UnevenLookup-v0"
 
 
 class SlowLookupEnv(LookupEnv):
@@ -35,9 +37,22 @@ class SlowLookupEnv(LookupEnv):
         return super().step(action)
 
 
+class UnevenLookupEnv(LookupEnv):
+    """LookupEnv whose task ``i`` is cut (truncated) after ``i + 1`` steps: episodes end at different turns."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.steps_left = int((options or {}).get("task_index", 0)) + 1
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps_left -= 1
+        return obs, reward, terminated, truncated or self.steps_left == 0, info
+
+
 def register_test_envs() -> None:
     """Register the test envs with Gymnasium (idempotent)."""
-    for env_id, cls in ((LOOKUP_ID, LookupEnv), (SLOW_LOOKUP_ID, SlowLookupEnv)):
+    for env_id, cls in ((LOOKUP_ID, LookupEnv), (SLOW_LOOKUP_ID, SlowLookupEnv), (UNEVEN_ID, UnevenLookupEnv)):
         if env_id not in gym.registry:
             gym.register(env_id, entry_point=cls, max_episode_steps=4, additional_wrappers=(_STOP_REASON,))
 

@@ -176,3 +176,41 @@ def test_contract_and_clear_errors(tmp_path):
         env_reward(["x"])
     with pytest.raises(TypeError, match="needs an EnvRolloutFunc"):
         AgentGRPOTrainer(model=trainer.model, reward_funcs=[env_reward], args=trainer.args, rollout_func=None)
+
+
+def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypatch):
+    """The trainer's own scoring (LM head on model tokens only) gives TRL's loss, gradients and entropy metric."""
+    import agent_trainers.algorithms.grpo as grpo
+
+    results, real = [], grpo.scored_token_logprobs
+    for ours in (True, False):
+        trainer = make_trainer(tmp_path / str(ours), "grpo", "turn", scripted)
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop
+        out = trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
+        assert 0 in out["tool_mask"] and 1 in out["tool_mask"]  # env tokens in the completions
+        calls: list[torch.Tensor] = []
+        monkeypatch.setattr(grpo, "scored_token_logprobs", lambda *a, c=calls, **k: c.append(a[4]) or real(*a, **k))
+        monkeypatch.setattr(grpo, "supports_scored_logprobs", lambda model, on=ours: on)
+        loss = trainer._compute_loss(trainer.model, out)
+        loss.backward()
+        assert len(calls) == int(ours)
+        if ours:  # only the model's tokens go through the LM head
+            assert torch.equal(calls[0], out["completion_mask"] * out["tool_mask"])
+        grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+        results.append((loss.detach(), grad, trainer._metrics["train"]["entropy"][-1]))
+    (loss_a, grad_a, ent_a), (loss_b, grad_b, ent_b) = results
+    assert torch.allclose(loss_a, loss_b, atol=1e-6) and loss_a != 0
+    assert torch.allclose(grad_a, grad_b, atol=1e-6) and ent_a == pytest.approx(ent_b, abs=1e-6)
+
+
+def test_micro_batch_args_split_one_generation_into_accumulated_micro_batches():
+    from agent_trainers.algorithms.trl_args import micro_batch_args
+
+    assert micro_batch_args(8, 2) == {
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 4,
+        "steps_per_generation": 4,
+    }
+    with pytest.raises(ValueError, match=r"divide the rollouts per step \(got 3 and 8\)"):
+        micro_batch_args(8, 3)

@@ -125,7 +125,7 @@ def test_smollm2_gguf_is_found_without_importing_the_package():
 def test_smollm2_rollout_is_token_exact(one_thread):
     model, tok = load_model("smollm2", device="cpu")
     policy = TransformersPolicy(model, tok, seed=0)
-    cfg = RolloutConfig(max_new_tokens_per_turn=48, max_total_tokens=1024, temperature=0.7, group_size=2)
-    for t in rollout(policy, LOOKUP_ID, task_indices=[0, 1], config=cfg):
+    cfg = RolloutConfig(max_new_tokens_per_turn=48, max_total_tokens=1024, temperature=0.7)
+    for t in rollout(policy, LOOKUP_ID, task_indices=[0, 1], group_size=2, config=cfg):
         check_trajectory(t, tok)
         assert t.turns and sum(t.loss_mask) > 0

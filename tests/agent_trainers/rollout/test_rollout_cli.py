@@ -15,8 +15,10 @@ def test_plays_checks_and_saves_with_the_shared_loader(tmp_path, capsys, one_thr
     trajs = load_jsonl(out)
     assert [t.task_index for t in trajs] == [0, 0, 1, 1] and all(1 <= len(t.turns) <= 2 for t in trajs)
     assert all(t.turns[0].end - t.turns[0].start <= 6 for t in trajs)
-    printed = capsys.readouterr().out
-    assert printed.count("token-exact") == 4 and "0 failed the check" in printed
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert printed.count("token-exact") == 4 and "0 failed the check" in printed and "model tokens/s" in printed
+    assert "8/8" in captured.err and "model tok/s, 0 live" in captured.err  # the bar: 4 episodes x 2 turns
 
 
 def test_bad_options_are_one_line_errors(tmp_path, capsys):

@@ -1,0 +1,108 @@
+"""Log-probs of the scored completion tokens only, in vocabulary chunks: :func:`scored_token_logprobs`.
+
+TRL 1.16 scores a batch through a fused LM head (``add_fused_lm_head``) that
+never builds ``(batch, length, vocabulary)`` logits: it projects hidden states
+in tiles of up to 4,096 positions x 32,768 vocabulary entries. On CUDA/XPU it
+projects only positions that carry a label (every completion token, env tokens
+included); on other devices - the CPU - it projects *every* position of the
+padded batch (prompt, env tokens, padding) and masks afterwards.
+
+In a multi-turn episode most completion tokens are env tokens, and the loss
+and TRL's metrics only look at the model's own tokens (the loss mask). This
+function runs the model's backbone once over the whole sequences - the same
+single forward pass - and projects through the LM head, with TRL's own
+``ChunkedLogProbFunction``, only the hidden states whose next token is
+scored. Log-probs and entropies are exact (the same kernel, fewer rows) and 0
+elsewhere. On SmolLM2 the LM head is about a quarter of a forward/backward's
+arithmetic per position, and it is then paid on the scored positions only.
+
+:func:`supports_scored_logprobs` says when this applies: a plain (unwrapped,
+non-PEFT) ``transformers`` causal LM whose logits are a bare linear projection
+(no soft-capping or logit scaling) with ordinary tensor weights; otherwise the
+caller keeps TRL's path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+from transformers import PreTrainedModel
+from trl.kernels import ChunkedLogProbFunction
+
+__all__ = ["VOCAB_CHUNK", "scored_token_logprobs", "supports_scored_logprobs"]
+
+VOCAB_CHUNK = 32768
+"""Vocabulary entries per projection tile (TRL's chunk size)."""
+
+_SCALING_FIELDS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+
+
+def supports_scored_logprobs(model: Any) -> bool:
+    """True when :func:`scored_token_logprobs` can score ``model`` (else use TRL's own path)."""
+    if not isinstance(model, PreTrainedModel) or getattr(model, "peft_config", None):
+        return False
+    text = model.config.get_text_config()
+    if text is not model.config or any(getattr(text, name, None) is not None for name in _SCALING_FIELDS):
+        return False
+    if getattr(text, "output_router_logits", False):
+        return False
+    head = model.get_output_embeddings()
+    return head is not None and not isinstance(head.weight, DTensor)
+
+
+def scored_token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    scored: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (and entropies) of the last ``logits_to_keep`` tokens, computed where ``scored``.
+
+    Args:
+        model: A model for which :func:`supports_scored_logprobs` holds.
+        input_ids: ``(B, P + C)`` prompt and completion ids.
+        attention_mask: ``(B, P + C)``.
+        logits_to_keep: ``C``, the completion width.
+        scored: ``(B, C)``; nonzero where a completion token's log-prob is needed.
+        temperature: The logits are divided by it.
+        compute_entropy: Also return the entropy of each scored position's distribution.
+
+    Returns:
+        ``(logps, entropies)``, each ``(B, C)`` and 0 where not scored (entropies None unless asked).
+    """
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    width = input_ids.shape[1]
+    # the token at position t is predicted by the hidden state at t - 1
+    hidden = hidden[:, width - logits_to_keep - 1 : width - 1]
+    where = scored.bool()
+    head = model.get_output_embeddings()
+    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
+    logps, entropy, *_ = ChunkedLogProbFunction.apply(
+        hidden[where].to(head.weight.device),
+        head.weight,
+        head.bias,
+        input_ids[:, width - logits_to_keep :][where].to(head.weight.device),
+        temperature,
+        VOCAB_CHUNK,
+        None,
+        1.0,
+        outputs,
+    )
+    mask = where.to(logps.device)
+    # masked_scatter keeps the result attached to the graph even when nothing is scored
+    logps = logps.new_zeros(mask.shape).masked_scatter(mask, logps)
+    if entropy is not None:
+        entropy = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy)
+    return logps, entropy

@@ -1,0 +1,187 @@
+"""Per-episode KV caches for :class:`~agent_trainers.policies.TransformersPolicy`: :class:`EpisodeKVCache`.
+
+Within an episode every prompt is the previous prompt plus the previous
+generation plus the env's tokens (see :mod:`agent_trainers.policies.sampling`),
+so the keys and values of everything but the new env tokens are already known.
+:class:`EpisodeKVCache` keeps them per episode ("session") between generate
+calls, as one ``(1, heads, length, head_dim)`` pair of tensors per layer:
+
+1. :meth:`~EpisodeKVCache.prepare` makes each session's entry hold exactly
+   ``prompt[:-1]``: it keeps the longest prefix the entry shares with the prompt
+   (cutting anything after it) and runs the model over the rest only, one
+   episode at a time, at that episode's own positions (no padding). Sessions
+   with no entry whose prefixes are identical (a GRPO group's first turn) are
+   computed once and share the tensors.
+2. :meth:`~EpisodeKVCache.stack` left-pads the entries to the batch width minus
+   one into a ``DynamicCache``; ``model.generate`` then feeds only the last prompt
+   token of each row. The padded slots are masked by the attention mask and
+   positions come from its cumulative sum, so a row sees exactly the positions
+   and keys it would see in a plain batched ``generate``.
+3. :meth:`~EpisodeKVCache.keep` cuts each row back out: the prompt and all but
+   the last kept generated token (the last sampled token was never fed), which
+   drops the padding and any tokens generated past a row's stop.
+
+Only full-attention ``DynamicLayer`` caches are handled; models whose cache
+has other layer types (sliding windows, linear attention) are reported
+unsupported by :func:`supports_kv_reuse` and decode without reuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+__all__ = ["CacheStats", "EpisodeKVCache", "supports_kv_reuse"]
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+def supports_kv_reuse(model: Any) -> bool:
+    """True when ``model`` is a decoder-only LM whose dynamic cache is made of plain full-attention layers."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return False
+    layers = DynamicCache(config=config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+@dataclass
+class CacheStats:
+    """Token counts of the cache path (for benchmarks and logs).
+
+    Attributes:
+        prefilled: Prompt tokens run through the model by :meth:`EpisodeKVCache.prepare`.
+        reused: Prompt tokens whose keys and values were taken from a session's entry.
+        shared: Prompt tokens taken from another session's identical prefix in the same call.
+    """
+
+    prefilled: int = 0
+    reused: int = 0
+    shared: int = 0
+
+
+@dataclass
+class _Entry:
+    """The cached ids of one session and their keys and values (one pair per layer)."""
+
+    tokens: list[int] = field(default_factory=list)
+    layers: list[KV] = field(default_factory=list)
+
+    def cut(self, length: int) -> None:
+        """Keep only the first ``length`` positions."""
+        if length < len(self.tokens):
+            self.tokens = self.tokens[:length]
+            self.layers = [(k[:, :, :length], v[:, :, :length]) for k, v in self.layers] if length else []
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class EpisodeKVCache:
+    """Keys and values of each live episode of one model, kept between generate calls.
+
+    Args:
+        model: The causal LM (see :func:`supports_kv_reuse`).
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.entries: dict[Hashable, _Entry] = {}
+        self.stats = CacheStats()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def drop(self, sessions: Iterable[Hashable]) -> None:
+        """Forget the entries of ``sessions`` (finished episodes); unknown keys are ignored."""
+        for key in sessions:
+            self.entries.pop(key, None)
+
+    @torch.inference_mode()
+    def prepare(self, sessions: Sequence[Hashable], prompts: Sequence[Sequence[int]]) -> None:
+        """Make the entry of each session hold exactly ``prompt[:-1]`` (prompts are non-empty)."""
+        ready: dict[tuple[int, ...], _Entry] = {}  # this call's finished entries, by their ids
+        for key, prompt in zip(sessions, prompts, strict=True):
+            target = list(prompt[:-1])
+            entry = self.entries.get(key) or _Entry()
+            entry.cut(_common_prefix(entry.tokens, target))
+            twin = ready.get(tuple(target)) if not entry.tokens else None
+            if twin is not None:  # tensors are never changed in place, so sharing them is safe
+                entry = _Entry(list(twin.tokens), list(twin.layers))
+                self.stats.shared += len(target)
+            else:
+                self.stats.reused += len(entry.tokens)
+                self._extend(entry, target[len(entry.tokens) :])
+                ready.setdefault(tuple(target), entry)
+            self.entries[key] = entry
+
+    def _extend(self, entry: _Entry, new: list[int]) -> None:
+        """Run the model over ``new`` after ``entry``'s tokens (positions continue from there)."""
+        if not new:
+            return
+        device = next(self.model.parameters()).device
+        past = DynamicCache(ddp_cache_data=entry.layers) if entry.layers else DynamicCache()
+        start = len(entry.tokens)
+        self.model(
+            input_ids=torch.tensor([new], dtype=torch.long, device=device),
+            position_ids=torch.arange(start, start + len(new), device=device).unsqueeze(0),
+            past_key_values=past,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        entry.layers = [(layer.keys, layer.values) for layer in past.layers]
+        entry.tokens = entry.tokens + new
+        self.stats.prefilled += len(new)
+
+    def stack(self, sessions: Sequence[Hashable], width: int) -> DynamicCache:
+        """One left-padded ``DynamicCache`` of ``width - 1`` positions for a batch padded to ``width``."""
+        entries = [self.entries[key] for key in sessions]
+        if width <= 1 or not any(e.layers for e in entries):
+            return DynamicCache()
+        ref = next(e.layers for e in entries if e.layers)
+        data = []
+        for i, (k_ref, v_ref) in enumerate(ref):
+            keys = k_ref.new_zeros((len(entries), k_ref.shape[1], width - 1, k_ref.shape[3]))
+            values = v_ref.new_zeros((len(entries), v_ref.shape[1], width - 1, v_ref.shape[3]))
+            for row, entry in enumerate(entries):
+                n = len(entry.tokens)
+                if n:
+                    keys[row, :, width - 1 - n :] = entry.layers[i][0][0]
+                    values[row, :, width - 1 - n :] = entry.layers[i][1][0]
+            data.append((keys, values))
+        return DynamicCache(ddp_cache_data=data)
+
+    def keep(
+        self,
+        sessions: Sequence[Hashable],
+        prompts: Sequence[Sequence[int]],
+        cache: DynamicCache,
+        width: int,
+        generated: Sequence[Sequence[int]],
+    ) -> None:
+        """Store each row of ``cache`` (after ``generate``) as its session's entry.
+
+        Row ``r`` holds ``prompts[r]`` left-padded to ``width``, then the generated
+        ids; its entry becomes ``prompts[r] + generated[r][:-1]``.
+        """
+        length = cache.get_seq_length()
+        for row, (key, prompt, gen) in enumerate(zip(sessions, prompts, generated, strict=True)):
+            tokens = list(prompt) + list(gen[:-1])
+            start, end = width - len(prompt), width - len(prompt) + len(tokens)
+            if end > length:
+                raise RuntimeError(f"the cache holds {length} positions; row {row} needs {end}")
+            layers = [
+                (layer.keys[row : row + 1, :, start:end].clone(), layer.values[row : row + 1, :, start:end].clone())
+                for layer in cache.layers
+            ]
+            self.entries[key] = _Entry(tokens, layers)

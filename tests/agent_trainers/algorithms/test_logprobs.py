@@ -1,0 +1,67 @@
+"""Scored log-probs: the LM head over the loss-mask positions only, equal to TRL's fused head and to plain logits."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from trl.trainer.utils import add_fused_lm_head
+
+from agent_trainers.algorithms.logprobs import scored_token_logprobs, supports_scored_logprobs
+from agent_trainers.policies import tiny_random_model
+
+P, C, T = 7, 9, 0.7  # prompt width, completion width, temperature
+
+
+@pytest.fixture
+def batch():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(20, 5000, (3, P + C), generator=g)
+    attention = torch.ones_like(ids)
+    attention[0, :3] = 0  # a left-padded prompt
+    attention[1, -2:] = 0  # a right-padded completion
+    scored = torch.tensor([[1, 1, 0, 0, 0, 1, 1, 0, 1], [0, 1, 1, 1, 0, 0, 1, 0, 0], [0] * 9])
+    return ids, attention, scored
+
+
+def grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_equals_plain_log_softmax_of_the_logits_where_scored_and_zero_elsewhere(batch):
+    model, _ = tiny_random_model(seed=1)
+    ids, attention, scored = batch
+    with torch.no_grad():
+        logps, entropy = scored_token_logprobs(model, ids, attention, C, scored, temperature=T, compute_entropy=True)
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, P - 1 : -1] / T
+    full = torch.log_softmax(logits.float(), -1)
+    want = full.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1) * scored
+    want_entropy = -(full.exp() * full).sum(-1) * scored
+    assert logps.shape == entropy.shape == (3, C)
+    assert torch.allclose(logps, want, atol=1e-5) and torch.allclose(entropy, want_entropy, atol=1e-5)
+    assert torch.all(logps[scored == 0] == 0) and torch.all(entropy[2] == 0)
+
+
+def test_loss_and_gradients_equal_trls_fused_head(batch):
+    ours, _ = tiny_random_model(seed=1)
+    theirs = copy.deepcopy(ours)
+    add_fused_lm_head(theirs, temperature=T, outputs=("log_probs", "entropy"))
+    ids, attention, scored = batch
+    labels = ids.masked_fill(attention == 0, -100)
+    labels[:, :P] = -100
+    out = theirs(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+    (out.log_probs[:, -C:] * scored).sum().backward()
+    logps, _ = scored_token_logprobs(ours, ids, attention, C, scored, temperature=T)
+    (logps * scored).sum().backward()
+    assert torch.allclose(logps, out.log_probs[:, -C:] * scored, atol=1e-5)
+    assert torch.allclose(grads(ours), grads(theirs), atol=1e-5)
+
+
+def test_models_it_cannot_score_are_left_to_trl():
+    model, _ = tiny_random_model()
+    assert supports_scored_logprobs(model)
+    capped = copy.deepcopy(model)
+    capped.config.final_logit_softcapping = 30.0
+    assert not supports_scored_logprobs(capped)
+    assert not supports_scored_logprobs(torch.nn.Sequential(model))  # wrapped (e.g. DDP): keep TRL's path
