@@ -182,8 +182,8 @@ class PPOTrainer:
         """A frozen copy of the policy as RL starts, saved once under ``reference/`` and reloaded on resume."""
         folder = self.output_dir / "reference"
         if (folder / "config.json").is_file():
-            ref, _ = load_model(folder, device=self.args.device)
-            return _frozen(ref)
+            ref = type(model).from_pretrained(folder, dtype=model.dtype, local_files_only=True)
+            return _frozen(ref.to(model.device))
         if self.accelerator.is_main_process:
             model.save_pretrained(folder)
         return _frozen(copy.deepcopy(model))
@@ -222,9 +222,18 @@ class PPOTrainer:
 
     def step(self) -> dict[str, float]:
         """One PPO iteration: rollout, score, GAE, whiten, update (see the module docstring)."""
-        a = self.args
-        # 1-2. rollout, then tensors
+        # 1. rollout with the current policy
         trajectories = self._play(self._tasks_of_step(self.state.global_step))
+        # 2-6. tensors, old log-probs and values, rewards, GAE, whitening
+        batch = self.prepare(trajectories)
+        # 7. epochs of minibatch updates
+        stats = self.update(batch)
+        return self._metrics(trajectories, batch, stats)
+
+    def prepare(self, trajectories: list[Trajectory]) -> PPOBatch:
+        """Steps 2-6: tensors, log-probs and values before the update, KL in the reward, GAE, whitening."""
+        a = self.args
+        # 2. tensors: each turn's reward on its last agent token; agent / env / padding masks
         batch = self._batch(trajectories)
         # 3. score with the policy before the update
         batch.old_logprobs, batch.old_values = self._score(batch, self.agent, values=True)
@@ -237,12 +246,10 @@ class PPOTrainer:
             rewards = rewards - a.kl_coef * kl
         # 5. GAE over the agent's tokens (or every token), bootstrapping across the rest
         advantages, batch.returns = masked_gae(rewards, batch.old_values, batch.gae_mask, gamma=a.gamma, lam=a.lam)
-        # 6. whiten over the tokens in the policy loss
+        # 6. whiten over the tokens in the policy loss; the other tokens get 0
         batch.advantages = masked_whiten(advantages, batch.policy_mask) if a.norm_adv else advantages
         batch.advantages = batch.advantages * batch.policy_mask
-        # 7. epochs of minibatch updates
-        stats = self._update(batch)
-        return self._metrics(trajectories, batch, stats)
+        return batch
 
     # ---------------------------------------------------------------- rollout
     def _tasks_of_step(self, step: int) -> list[tuple[str, int]]:
@@ -320,8 +327,8 @@ class PPOTrainer:
         return logprobs, out_values
 
     # ----------------------------------------------------------------- update
-    def _update(self, batch: PPOBatch) -> dict[str, list[float]]:
-        """``update_epochs`` passes of ``num_minibatches`` optimizer steps; returns per-minibatch statistics."""
+    def update(self, batch: PPOBatch) -> dict[str, list[float]]:
+        """Step 7: ``update_epochs`` passes of ``num_minibatches`` optimizer steps; returns per-minibatch statistics."""
         a, n = self.args, len(batch.prompts)
         shuffle = torch.Generator().manual_seed(a.seed * 1_000_003 + self.state.global_step)
         size = math.ceil(n / a.num_minibatches)
