@@ -150,6 +150,9 @@ class EvalConfig(_Section):
     """Sampling temperature of evaluation rollouts (0: greedy)."""
     every: int = Field(default=4, ge=0)
     """Evaluate every N RL steps (0: only before and after)."""
+    before: bool = True
+    """Evaluate the loaded model first; ``false`` skips it when it is already known (e.g. every RL run of a
+    comparison starts from one SFT checkpoint, evaluated once)."""
 
 
 class TrainConfig(_Section):

@@ -3,7 +3,7 @@
 =================  =====================================  ==================================
 stage              runs when                              does
 =================  =====================================  ==================================
-``eval_before``    not resuming an RL run                 evaluate the loaded model
+``eval_before``    ``eval.before``, not resuming RL       evaluate the loaded model
 ``sft``            ``sft.enabled``                        cold-start SFT (or reload it on resume)
 ``eval_after_sft`` SFT ran in this call                   evaluate
 ``rl``             ``rl.enabled``                         RL with ``algorithm`` (see :data:`RL_TRAINERS`)
@@ -302,7 +302,7 @@ def _eval_after_sft(state: RunState) -> None:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("eval_before", lambda s: s.rl_checkpoint is None, _eval_before),
+    Stage("eval_before", lambda s: s.rl_checkpoint is None and s.config.eval.before, _eval_before),
     Stage("sft", lambda s: s.config.sft.enabled, run_sft_stage),
     Stage("eval_after_sft", lambda s: s.sft_ran, _eval_after_sft),
     Stage("rl", lambda s: s.config.rl.enabled, run_rl_stage),
