@@ -139,7 +139,9 @@ class BanditEnv(ProceduralEnv[BanditTask]):
         )
 
     def score_answer(self, task: BanditTask, answer: str) -> dict[str, float]:
-        return {"em": float(answer.strip().lower() == task.paying)}
+        """``em``: the answer names the paying arm; ``f1`` is the same number (a choice is right or wrong)."""
+        right = float(answer.strip().lower() == task.paying)
+        return {"em": right, "f1": right}
 
     def oracle_action(self) -> str:
         """The expert knows the paying arm: it pulls it once (a demonstration of the tool), then answers it."""

@@ -33,7 +33,7 @@ def test_rewards_by_hand():
     assert (reward, terminated, info["metrics"]["answer_em"]) == (0.0, True, 0.0)
     env.reset(seed=0, options={"task_index": 1})
     _, reward, terminated, _, info = env.step(f"<answer> {base.paying_arm.upper()} </answer>")
-    assert (reward, terminated, info["metrics"]["answer_em"]) == (1.0, True, 1.0)
+    assert (reward, terminated, info["metrics"]["answer_em"], info["metrics"]["answer_f1"]) == (1.0, True, 1.0, 1.0)
 
 
 @pytest.mark.parametrize("seed", [0, 3, 11])
