@@ -74,6 +74,13 @@ REGISTRY: tuple[EnvEntry, ...] = (
         {},
         10,
     ),
+    EnvEntry(
+        "AgentR1/Bandit-v0",
+        "agent_gym.envs.bandit:BanditEnv",
+        "A four-armed bandit as a text task (pull arms, answer the one that pays): a fast toy for RL checks",
+        {},
+        3,
+    ),
 )
 
 _STOP_REASON = WrapperSpec(name="RecordStopReason", entry_point="agent_gym.wrappers:RecordStopReason", kwargs={})

@@ -63,6 +63,8 @@ class Algorithm(StrEnum):
     """REINFORCE++: global batch normalisation; token-level KL in the reward."""
     REINFORCE_PP_BASELINE = "reinforce_pp_baseline"
     """REINFORCE++-baseline: group-mean baseline, then global batch normalisation."""
+    PPO = "ppo"
+    """PPO: a critic, GAE over agent tokens (its own trainer, :mod:`agent_trainers.algorithms.ppo`)."""
 
 
 class AdvantageMode(StrEnum):

@@ -195,6 +195,12 @@ class EnvRolloutFunc:
             trajectories.sort(key=lambda t: order[(t.env_id, t.task_index)])
         return trajectories
 
+    def play_step(self, tasks: list[tuple[str, int]], group: int, model: Any, tokenizer: Any) -> list[Trajectory]:
+        """One rollout call outside TRL (PPO): play ``tasks`` with ``model`` (in eval mode), then count the call."""
+        trajectories = self.play(tasks, group, self._policy(model, tokenizer), self.config)
+        self.calls += 1
+        return trajectories
+
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """Play ``len(prompts)`` episodes and return them in TRL's format."""
         training = trainer.model.training

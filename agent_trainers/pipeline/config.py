@@ -2,7 +2,7 @@
 
 Example (``configs/tiny.yaml``, abridged)::
 
-    algorithm: grpo            # grpo | rloo | reinforce_pp | reinforce_pp_baseline
+    algorithm: grpo            # grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo
     device: auto               # auto (a GPU when present) | cpu | cuda
     report_to: none            # none | tensorboard | wandb
     model: {name: tiny-random} # smollm2 | tiny-random | a checkpoint folder | a Hugging Face id
@@ -11,6 +11,7 @@ Example (``configs/tiny.yaml``, abridged)::
     sft: {enabled: true, episodes: 4}
     rl: {steps: 2, num_generations: 2, prompts_per_step: 1, advantage: turn}
     eval: {tasks: 1, every: 0}
+    ppo: {critic: value_head, gamma: 1.0, lam: 1.0}   # read only when algorithm: ppo
 
 Every field is typed and documented; unknown keys, wrong types and broken
 cross-field rules are errors with one-line messages (see
@@ -30,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm
+from agent_trainers.algorithms.ppo_config import PPOConfig
 from agent_trainers.algorithms.trl_args import ReportTo
 from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.config import RolloutConfig
@@ -132,6 +134,9 @@ class RLConfig(_Section):
     """``grpo`` only: divide by the group's std (``group``), the batch's (``batch``) or not (``none``)."""
     loss_mask: bool = True
     """Keep env tokens out of the policy loss; ``false`` puts them in (the paper's ablation)."""
+    advantage_mask: bool = True
+    """``ppo`` only: GAE over agent tokens, bootstrapping across env tokens; ``false`` runs it over every
+    token (the paper's ablation). The other algorithms have no per-token value to bootstrap."""
     save_steps: int = Field(default=4, ge=1)
     """Checkpoint every N steps (and at the end)."""
 
@@ -145,6 +150,9 @@ class EvalConfig(_Section):
     """Sampling temperature of evaluation rollouts (0: greedy)."""
     every: int = Field(default=4, ge=0)
     """Evaluate every N RL steps (0: only before and after)."""
+    before: bool = True
+    """Evaluate the loaded model first; ``false`` skips it when it is already known (e.g. every RL run of a
+    comparison starts from one SFT checkpoint, evaluated once)."""
 
 
 class TrainConfig(_Section):
@@ -158,7 +166,7 @@ class TrainConfig(_Section):
     output_dir: str = "runs/agent-r1"
     """Metrics (JSONL), plots, checkpoints and the final model go here."""
     algorithm: Algorithm = Algorithm.GRPO
-    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp`` or ``reinforce_pp_baseline``."""
+    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline`` or ``ppo``."""
     device: Device = Device.AUTO
     """``auto`` (a CUDA GPU when present, else the CPU), ``cpu`` or ``cuda``."""
     bf16: bool | None = None
@@ -177,6 +185,8 @@ class TrainConfig(_Section):
     """RL stage."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation."""
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    """PPO's hyperparameters (read when ``algorithm: ppo``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -203,7 +213,26 @@ class TrainConfig(_Section):
             )
         if not (self.sft.enabled or rl.enabled):
             raise ValueError("enable at least one stage (sft.enabled or rl.enabled)")
+        if rl.enabled:
+            self._ppo_checks()
         return self
+
+    def _ppo_checks(self) -> None:
+        rl, ppo = self.rl, self.algorithm is Algorithm.PPO
+        if not rl.advantage_mask and not ppo:
+            raise ValueError(f"rl.advantage_mask applies to ppo only (GAE); {self.algorithm} has no per-token values")
+        if not ppo:
+            return
+        if rl.gamma != 1.0:
+            raise ValueError(f"ppo discounts per agent token with ppo.gamma; leave rl.gamma at 1 (got {rl.gamma})")
+        if not self.rollout.temperature > 0:
+            raise ValueError("ppo scores log-probs at the sampling temperature: rollout.temperature must be > 0")
+        episodes = rl.num_generations * rl.prompts_per_step
+        if self.ppo.num_minibatches > episodes:
+            raise ValueError(
+                f"ppo.num_minibatches must be <= rl.num_generations * rl.prompts_per_step "
+                f"(got {self.ppo.num_minibatches} and {episodes})"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON/YAML-ready dict (enums as strings), e.g. to save next to a run."""

@@ -3,7 +3,7 @@
 =================  =====================================  ==================================
 stage              runs when                              does
 =================  =====================================  ==================================
-``eval_before``    not resuming an RL run                 evaluate the loaded model
+``eval_before``    ``eval.before``, not resuming RL       evaluate the loaded model
 ``sft``            ``sft.enabled``                        cold-start SFT (or reload it on resume)
 ``eval_after_sft`` SFT ran in this call                   evaluate
 ``rl``             ``rl.enabled``                         RL with ``algorithm`` (see :data:`RL_TRAINERS`)
@@ -11,8 +11,8 @@ stage              runs when                              does
 =================  =====================================  ==================================
 
 :data:`RL_TRAINERS` maps each :class:`~agent_trainers.algorithms.Algorithm` to
-the function that runs its RL stage; adding an algorithm with its own trainer
-(e.g. PPO) is one entry here plus one enum value.
+the function that runs its RL stage; an algorithm with its own trainer (PPO:
+:func:`run_ppo_stage`) is one entry here plus one enum value.
 """
 
 from __future__ import annotations
@@ -249,11 +249,45 @@ def run_trl_rl_stage(state: RunState) -> None:
     state.model = trainer.model
 
 
+def run_ppo_stage(state: RunState) -> None:
+    """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
+    from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
+    from agent_trainers.algorithms.ppo import PPOTrainer
+    from agent_trainers.algorithms.ppo_config import PPOArgs
+    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, grpo_dataset_rows
+
+    c, r = state.config, state.config.rl
+    rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
+    rollout_fn = EnvRolloutFunc(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
+    args = PPOArgs(
+        **dataclasses.asdict(c.ppo),
+        steps=r.steps,
+        num_generations=r.num_generations,
+        prompts_per_step=r.prompts_per_step,
+        learning_rate=r.learning_rate,
+        kl_coef=r.beta,
+        loss_mask=r.loss_mask,
+        advantage_mask=r.advantage_mask,
+        save_steps=r.save_steps,
+        seed=c.seed,
+        device=str(c.device),
+        bf16=c.bf16,
+    )
+    trainer = PPOTrainer(state.model, state.tokenizer, rollout_fn, args, output_dir=state.out / "rl")
+    trainer.add_callback(_RLCallback(state, trainer))
+    for callback in state.callbacks:
+        trainer.add_callback(callback)
+    checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
+    trainer.train(resume_from_checkpoint=checkpoint)
+    state.model = trainer.model
+
+
 RL_TRAINERS: dict[Algorithm, Callable[[RunState], None]] = {
     Algorithm.GRPO: run_trl_rl_stage,
     Algorithm.RLOO: run_trl_rl_stage,
     Algorithm.REINFORCE_PP: run_trl_rl_stage,
     Algorithm.REINFORCE_PP_BASELINE: run_trl_rl_stage,
+    Algorithm.PPO: run_ppo_stage,
 }
 """Which function runs the RL stage of each algorithm."""
 
@@ -293,7 +327,7 @@ def _eval_after_sft(state: RunState) -> None:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("eval_before", lambda s: s.rl_checkpoint is None, _eval_before),
+    Stage("eval_before", lambda s: s.rl_checkpoint is None and s.config.eval.before, _eval_before),
     Stage("sft", lambda s: s.config.sft.enabled, run_sft_stage),
     Stage("eval_after_sft", lambda s: s.sft_ran, _eval_after_sft),
     Stage("rl", lambda s: s.config.rl.enabled, run_rl_stage),

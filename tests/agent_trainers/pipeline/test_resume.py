@@ -37,14 +37,16 @@ class CrashAfterSaving(TrainerCallback):
 
 
 def config(out, algorithm):
-    return config_from_dict({
+    # ppo: a separate critic and a KL reference, so the checkpoint must carry the critic and the reference reload
+    ppo = {"ppo": {"critic": "separate", "update_epochs": 2, "num_minibatches": 2}} if algorithm == "ppo" else {}
+    return config_from_dict(ppo | {
         "seed": 7, "output_dir": str(out), "device": "cpu", "algorithm": algorithm,
         "model": {"name": "tiny-random"},
         "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024, "temperature": 1.0},
         "sft": {"enabled": False},
         "rl": {"steps": 3, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-2, "save_steps": 1,
-               "advantage": "turn"},
+               "advantage": "turn", "beta": 0.05 if algorithm == "ppo" else 0.0},
         "eval": {"tasks": 1, "every": 0},
     })  # fmt: skip
 
@@ -54,7 +56,7 @@ def rl_records(out):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows if r["stage"] == "rl" and "loss" in r]
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce_pp"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce_pp", "ppo"])
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_thread, algorithm):
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     run_training(config(straight, algorithm))
@@ -72,4 +74,14 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_threa
     b = load_file(broken / "final" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     c = load_file(straight / "rl" / "checkpoint-1" / "model.safetensors")
-    assert any(not torch.equal(a[k], c[k]) for k in a)  # training did move the weights after step 1
+    prefix = "policy." if algorithm == "ppo" else ""  # PPO checkpoints hold the whole actor-critic
+    assert any(not torch.equal(a[k], c[prefix + k]) for k in a if prefix + k in c)  # step 1 did not end training
+    if algorithm == "ppo":  # the whole actor-critic (value head, critic backbone) and the optimizer state
+        a, b = (load_file(run / "rl" / "checkpoint-3" / "model.safetensors") for run in (straight, broken))
+        assert any(k.startswith("critic.") for k in a) and "value_head.weight" in a
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        first = load_file(straight / "rl" / "checkpoint-1" / "model.safetensors")
+        assert not torch.equal(a["value_head.weight"], first["value_head.weight"])
+        opt_a, opt_b = (torch.load(run / "rl" / "checkpoint-3" / "optimizer.bin") for run in (straight, broken))
+        for s_a, s_b in zip(opt_a["state"].values(), opt_b["state"].values(), strict=True):
+            assert torch.equal(s_a["exp_avg"], s_b["exp_avg"]) and torch.equal(s_a["exp_avg_sq"], s_b["exp_avg_sq"])

@@ -1,0 +1,280 @@
+"""Does each RL algorithm learn, and what does a step cost? One row per algorithm on ``AgentR1/Bandit-v0``, next to GRPO.
+
+Protocol - every algorithm gets the same start, tasks, seeds and budget:
+
+1. **Format warm-up, once.** The 2-layer random model (``tiny-random``) is
+   behaviour-cloned on demonstrations that answer in the env's format with a
+   *uniformly random* arm, so it learns to answer, not which arm pays (one arm
+   in four pays 1: a uniform chooser earns 0.25). The loss uses the library's
+   chunked scorer (:func:`agent_trainers.algorithms.actor_critic.policy_scores`,
+   logits on answer tokens only). Saved under ``<out>/warmup``.
+2. **RL.** ``agent-r1``'s pipeline (:func:`agent_trainers.pipeline.train.run_training`)
+   with one config in which only ``algorithm`` differs, each algorithm in its
+   own subprocess (so its peak RSS is its own), all from the warm-up checkpoint.
+3. **A row**: the mean train reward of the first and last step and of the
+   first and last three steps; the greedy eval reward on 16 tasks before RL
+   (the warm-up model) and after; seconds per RL step (the trainers'
+   ``step_time``); peak RSS; and both ratios to GRPO, measured in the same run.
+
+Run:
+    .venv/bin/python benchmarks/algorithms.py --quick      # 10 RL steps each
+    .venv/bin/python benchmarks/algorithms.py --steps 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+ALGORITHMS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
+ENV_ID = "AgentR1/Bandit-v0"
+
+
+@dataclass
+class Args:
+    """Benchmark settings (every field is a command-line flag)."""
+
+    algorithms: str = ",".join(ALGORITHMS)
+    """Comma-separated algorithms; ``grpo`` is always run (it is the reference)."""
+    steps: int = 20
+    """RL steps per algorithm."""
+    quick: bool = False
+    """10 RL steps per algorithm (overrides ``steps``)."""
+    num_generations: int = 4
+    """Episodes per task in a step (the group)."""
+    prompts_per_step: int = 2
+    """Tasks per step: a step plays ``prompts_per_step * num_generations`` episodes."""
+    learning_rate: float = 5e-3
+    """RL learning rate (the policy's; PPO's critic uses ``critic_learning_rate``)."""
+    critic_learning_rate: float = 1e-2
+    """PPO's value head learning rate."""
+    temperature: float = 0.7
+    """Sampling temperature of training rollouts."""
+    warmup_steps: int = 300
+    """Behaviour-cloning steps of the format warm-up (batch 8, lr ``warmup_lr`` decayed linearly)."""
+    warmup_lr: float = 3e-2
+    """Peak learning rate of the warm-up."""
+    eval_tasks: int = 16
+    """Greedy eval episodes before and after RL."""
+    seed: int = 0
+    """Seed of the warm-up and of every RL run."""
+    threads: int = 1
+    """torch CPU threads per process."""
+    out: str = "runs/bench-algorithms"
+    """Where the warm-up checkpoint and each algorithm's run go."""
+    child: str = ""
+    """Internal: run this algorithm's RL and print its results as JSON."""
+
+
+def _parse() -> Args:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in dataclasses.fields(Args):
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action="store_true", default=f.default)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    args = Args(**vars(parser.parse_args()))
+    if args.quick:
+        args.steps = 10
+    return args
+
+
+# ------------------------------------------------------------------ warm-up
+def _demos(n: int, seed: int) -> list[list[dict[str, str]]]:
+    """``n`` chats that answer at once with a uniformly random arm (the format, not the paying arm)."""
+    import gymnasium as gym
+
+    from agent_gym.envs.bandit import ARMS
+
+    env, rng, chats = gym.make(ENV_ID), random.Random(seed), []
+    for k in range(n):
+        _, info = env.reset(seed=seed + k, options={"task_index": k % env.unwrapped.num_tasks()})
+        _, _, _, _, info = env.step(env.unwrapped.parser.format_answer(rng.choice(ARMS)))
+        chats.append([{"role": m["role"], "content": m["content"]} for m in info["messages"]])
+    return chats
+
+
+def _clone_batch(rows: list[tuple[list[int], list[int]]], tok: Any) -> tuple[dict[str, Any], Any, int]:
+    from agent_trainers.algorithms.actor_critic import pack_sequences
+
+    batch = pack_sequences([p for p, _ in rows], [c for c, _ in rows], pad_id=tok.pad_token_id)
+    inputs = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "position_ids")}
+    return inputs, batch.valid, batch.prompt_width
+
+
+def warm_up(args: Args, bar: Any) -> Path:
+    """Behaviour-clone the format onto ``tiny-random``; returns the checkpoint folder."""
+    import torch
+
+    from agent_trainers.algorithms.actor_critic import policy_scores
+    from agent_trainers.algorithms.sft import tokenize_episode
+    from agent_trainers.policies import load_model
+
+    model, tok = load_model("tiny-random", device="cpu", seed=args.seed)
+    rows = []
+    for chat in _demos(64, args.seed):
+        row = tokenize_episode(chat, tok)
+        first = row["assistant_masks"].index(1)  # one answer turn: everything after the prompt is the answer
+        rows.append((row["input_ids"][:first], row["input_ids"][first:]))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.warmup_lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 - s / args.warmup_steps)
+    draw = random.Random(args.seed)
+    model.train()
+    for _ in range(args.warmup_steps):
+        inputs, valid, width = _clone_batch([draw.choice(rows) for _ in range(8)], tok)
+        logp, _, _ = policy_scores(model, inputs, width, valid, temperature=1.0, chunk=512)
+        loss = -(logp * valid).sum() / valid.sum()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        bar.update(1)
+        bar.set_postfix(stage="warm-up", loss=f"{loss.item():.3f}")
+    folder = Path(args.out) / "warmup"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+# ---------------------------------------------------------------------- RL
+def _config(args: Args, algorithm: str) -> dict[str, Any]:
+    return {
+        "seed": args.seed,
+        "threads": args.threads,
+        "output_dir": str(Path(args.out) / algorithm),
+        "device": "cpu",
+        "algorithm": algorithm,
+        "model": {"name": str(Path(args.out) / "warmup")},
+        "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}, "train_tasks": 32},
+        "rollout": {"max_turns": 3, "max_new_tokens_per_turn": 24, "max_total_tokens": 512,
+                    "temperature": args.temperature},
+        "sft": {"enabled": False},
+        "rl": {"steps": args.steps, "num_generations": args.num_generations, "prompts_per_step": args.prompts_per_step,
+               "learning_rate": args.learning_rate, "advantage": "turn", "save_steps": 10_000},
+        "eval": {"tasks": args.eval_tasks, "every": 0, "before": algorithm == "grpo"},
+        "ppo": {"update_epochs": 2, "num_minibatches": 2, "micro_batch_size": 8,
+                "critic_learning_rate": args.critic_learning_rate},
+    }  # fmt: skip
+
+
+def run_algorithm(args: Args, algorithm: str, progress: Any = None) -> dict[str, Any]:
+    """One algorithm's RL run (called in a subprocess); returns its figures."""
+    import shutil
+
+    from transformers import TrainerCallback
+
+    from agent_trainers.pipeline.config import config_from_dict
+    from agent_trainers.pipeline.train import run_training
+
+    class Progress(TrainerCallback):
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            if progress is not None:
+                progress.put(1)
+
+    shutil.rmtree(Path(args.out) / algorithm, ignore_errors=True)
+    result = run_training(config_from_dict(_config(args, algorithm)), callbacks=[Progress()])
+    rows = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["stage"] == "rl" and "step_time" in r]
+    evals = {r["phase"]: r["reward"] for r in rows if r["stage"] == "eval"}
+    rewards = [r["reward"] for r in steps]
+    return {
+        "algorithm": algorithm,
+        "rewards": rewards,
+        "eval_before": evals.get("before"),
+        "eval_after": evals["final"],
+        "s_per_step": sum(r["step_time"] for r in steps) / len(steps),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _child_main(args: Args, algorithm: str, progress: Any) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return run_algorithm(args, algorithm, progress)
+
+
+def _run_all(args: Args, algorithms: list[str], bar: Any) -> list[dict[str, Any]]:
+    context = get_context("spawn")
+    manager = context.Manager()
+    queue = manager.Queue()
+    results = []
+    for algorithm in algorithms:
+        bar.set_postfix(stage=algorithm)
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            future = pool.submit(_child_main, args, algorithm, queue)
+            while not future.done():
+                try:
+                    bar.update(queue.get(timeout=0.5))
+                except Exception:  # queue.Empty: nothing yet
+                    pass
+            results.append(future.result())
+        while not queue.empty():
+            bar.update(queue.get())
+    return results
+
+
+# ------------------------------------------------------------------ report
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def report(results: list[dict[str, Any]], args: Args, wall: float) -> None:
+    """Print one row per algorithm and its ratios to GRPO."""
+    from rich.console import Console
+    from rich.table import Table
+
+    ref = next(r for r in results if r["algorithm"] == "grpo")
+    table = Table(title=f"{ENV_ID}: {args.steps} RL steps x {args.num_generations * args.prompts_per_step} episodes")
+    for name in ("algorithm", "step 1", "last", "first 3", "last 3", "eval before>after", "s/step", "peak RSS MB",
+                 "s/step vs GRPO", "RSS vs GRPO"):  # fmt: skip
+        table.add_column(name, justify="left" if name == "algorithm" else "right")
+    before = ref["eval_before"]
+    for r in results:
+        rw = r["rewards"]
+        table.add_row(
+            r["algorithm"], f"{rw[0]:.3f}", f"{rw[-1]:.3f}", f"{_mean(rw[:3]):.3f}", f"{_mean(rw[-3:]):.3f}",
+            f"{before:.3f} > {r['eval_after']:.3f}", f"{r['s_per_step']:.2f}", f"{r['peak_rss_mb']:.0f}",
+            f"{r['s_per_step'] / ref['s_per_step']:.2f}x", f"{r['peak_rss_mb'] / ref['peak_rss_mb']:.2f}x",
+        )  # fmt: skip
+    Console().print(table)
+    cpu = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = sum(u.ru_utime + u.ru_stime for u in cpu)
+    print(f"reward: mean env reward per episode (1 = the paying arm; a uniform chooser earns 0.25); "
+          f"wall {wall:.0f} s, CPU {used:.0f} s (all processes)")  # fmt: skip
+
+
+def main() -> int:
+    """Run the warm-up, every algorithm, and print the table."""
+    from tqdm import tqdm
+
+    args = _parse()
+    algorithms = ["grpo", *[a for a in args.algorithms.split(",") if a and a != "grpo"]]
+    unknown = sorted(set(algorithms) - set(ALGORITHMS))
+    if unknown:
+        print(f"algorithms.py: error: unknown algorithm(s) {unknown}; choose from {list(ALGORITHMS)}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    with tqdm(total=args.warmup_steps + len(algorithms) * args.steps, unit="step", desc="algorithms.py") as bar:
+        warm_up(args, bar)
+        results = _run_all(args, algorithms, bar)
+    report(results, args, time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
