@@ -53,3 +53,64 @@ def test_coerce_from_dict():
     assert n.retrieval.drop_prob == 0.2 and n.exempt_tools == ("x",)
     with pytest.raises(TypeError, match="unknown"):
         coerce_noise({"fail": 1})
+
+
+# ---------------------------------------------------------------------------- exact draws (issue 16)
+RANKED, POOL = list("abcde"), list("abcdefghij")
+
+
+def _next_after(draws) -> float:
+    """The generator's next uniform after ``draws`` (a function of a fresh seed-7 generator)."""
+    rng = np.random.default_rng(7)
+    draws(rng)
+    return rng.random()
+
+
+def test_drop_keeps_the_items_whose_uniform_draw_is_at_least_the_probability():
+    rng = np.random.default_rng(7)
+    items, events = RetrievalNoise(drop_prob=0.5).apply(RANKED, POOL, rng)
+    u = np.random.default_rng(7).random(5)  # one vector draw, one number per item
+    assert items == [x for x, ux in zip(RANKED, u, strict=True) if ux >= 0.5]
+    assert events == (("drop",) if len(items) < 5 else ())
+    assert rng.random() == _next_after(lambda r: r.random(5))  # the only draw: knobs at 0 draw nothing
+
+
+def test_every_item_is_replaced_by_an_unretrieved_distractor_at_probability_one():
+    rng = np.random.default_rng(7)
+    items, events = RetrievalNoise(distractor_prob=1.0).apply(RANKED, POOL, rng)
+    assert len(items) == 5 and not set(items) & set(RANKED) and len(set(items)) == 5  # drawn without replacement
+    assert events == ("distractor",) * 5
+    # per item: one uniform, then one integer among the candidates left (5, 4, ..., 1)
+    expected = np.random.default_rng(7)
+    for left in range(5, 0, -1):
+        expected.random()
+        expected.integers(left)
+    assert rng.random() == expected.random()
+
+
+def test_distractors_run_out_with_the_candidates():
+    items, events = RetrievalNoise(distractor_prob=1.0).apply(list("abc"), list("abcd"), np.random.default_rng(0))
+    assert items.count("d") == 1 and events == ("distractor",)  # one candidate: one replacement
+    assert RetrievalNoise(distractor_prob=1.0).apply([], POOL, np.random.default_rng(0)) == ([], ())
+
+
+def test_shuffle_needs_two_items_and_fires_at_probability_one():
+    rng = np.random.default_rng(7)
+    assert RetrievalNoise(shuffle_prob=1.0).apply(["a"], POOL, rng) == (["a"], ())
+    assert rng.random() == _next_after(lambda r: None)  # a single item draws nothing
+    items, events = RetrievalNoise(shuffle_prob=1.0).apply(["a", "b"], POOL, np.random.default_rng(7))
+    assert sorted(items) == ["a", "b"] and events == ("shuffle",)
+
+
+@pytest.mark.parametrize(
+    ("knob", "draws"),
+    [
+        ({"drop_prob": 0.3}, lambda r: r.random(5)),
+        ({"shuffle_prob": 0.01}, lambda r: r.random()),  # drawn, and (at this seed) no shuffle
+    ],
+)
+def test_a_knob_at_zero_draws_nothing(knob, draws):
+    """Turning one knob on leaves the draws of the others as they were: disabled knobs consume no randomness."""
+    rng = np.random.default_rng(7)
+    RetrievalNoise(**knob).apply(RANKED, POOL, rng)
+    assert rng.random() == _next_after(draws)
