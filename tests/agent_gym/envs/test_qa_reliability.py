@@ -138,3 +138,30 @@ def test_question_corpus_builds_one_shared_index_and_nothing_on_reset(env_id, mo
         assert set(base.tools["search"].allowed) == set(base.state.task.paragraph_ids)  # its own paragraphs
     assert len(builds) == 1
     BM25Retriever.clear_cache()  # the counted index leaves no trace for other tests
+
+
+# ---------------------------------------------------------------------------- README: every noise event is listed
+@pytest.mark.parametrize(
+    ("noise", "events", "content"),
+    [
+        ({"failure_prob": 1.0}, ["failure"], "Error: search is temporarily unavailable, try again"),
+        ({"timeout_prob": 1.0}, ["timeout"], "Error: search timed out"),
+        ({"truncate_prob": 1.0, "truncate_length": 12}, ["truncate"], None),
+    ],
+)
+def test_generic_noise_events_are_listed_in_info(noise, events, content):
+    clean = _search_once({})
+    env = gym.make("AgentR1/HotpotQA-v0", tool_noise=noise)
+    env.reset(seed=0, options={"task_index": 0})
+    question = env.unwrapped.state.task.question
+    info = env.step(env.unwrapped.parser.format_call("search", {"query": question}))[4]
+    assert info["noise_events"] == events
+    expected = content or clean["tool_calls"][0]["content"][:12] + " [truncated]"
+    assert info["tool_calls"][0]["content"] == expected
+
+
+@pytest.mark.parametrize("source", ["hotpotqa", "2wikimultihopqa", "musique"])
+def test_the_embedded_split_is_the_leading_three_quarters_for_train(source):
+    every = MultiHopQAEnv(source=source).tasks
+    train, test = MultiHopQAEnv(source=source, split="train").tasks, MultiHopQAEnv(source=source, split="test").tasks
+    assert train + test == every and len(train) == int(0.75 * len(every))

@@ -220,6 +220,16 @@ def test_a_broken_reward_is_reported_with_seed_and_step():
     )
 
 
+def test_a_reward_term_outside_its_declared_bounds_is_reported():
+    env = LookupEnv(rubric=Rubric([RewardTerm("x", lambda t: 2.0, 1.0, (0.0, 1.0))]))
+    with pytest.raises(AssertionError) as caught:
+        check_text_env(env, skip_gymnasium_checker=True)
+    assert str(caught.value) == (
+        "seed 0, step 1: a reward term broke its contract (a finite number inside its declared bounds): "
+        "reward term 'x' returned 2.0 on a non-final step, outside its bounds (0.0, 1.0)"
+    )
+
+
 def test_reset_info_must_carry_messages():
     class NoMessages(LookupEnv):
         def reset(self, *, seed=None, options=None):
