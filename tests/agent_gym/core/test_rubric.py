@@ -140,11 +140,15 @@ def test_duplicate_term_names_are_named():
 
 def test_scores_are_weighted_floats_and_bounds_have_a_1e9_tolerance():
     rubric = Rubric(
-        [RewardTerm("x", _const(1), 0.25, (0.0, 1.0)), RewardTerm("y", _const(1.0 + 5e-10), 1.0, (0.0, 1.0))]
+        [
+            RewardTerm("x", _const(1), 0.25, (0.0, 1.0)),
+            RewardTerm("y", _const(1.0 + 5e-10), 1.0, (0.0, 1.0)),
+            RewardTerm("w", _const(1), 2, (0, 1)),  # integers in, floats out
+        ]
     )
     weighted, raw = rubric.score(NONFINAL)
-    assert weighted == {"x": 0.25, "y": 1.0 + 5e-10} and raw == {"x": 1.0, "y": 1.0 + 5e-10}
-    assert type(raw["x"]) is float and type(weighted["x"]) is float
+    assert weighted == {"x": 0.25, "y": 1.0 + 5e-10, "w": 2.0} and raw == {"x": 1.0, "y": 1.0 + 5e-10, "w": 1.0}
+    assert all(type(v) is float for v in [*weighted.values(), *raw.values()])
     with pytest.raises(RewardError) as caught:
         Rubric([RewardTerm("y", _const(1.0 + 1e-8), 1.0, (0.0, 1.0))]).score(NONFINAL)
     assert str(caught.value) == "reward term 'y' returned 1.00000001 on a non-final step, outside its bounds (0.0, 1.0)"
