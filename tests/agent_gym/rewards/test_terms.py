@@ -95,3 +95,7 @@ def test_weights_override_by_name():
     }
     with pytest.raises(KeyError, match="unknown reward terms"):
         make_rubric("outcome", weights={"format": 1.0})
+
+
+def test_shaping_is_undiscounted_by_default():
+    assert shaping(_step(potential_before=0.25, potential_after=0.75)) == 0.5
