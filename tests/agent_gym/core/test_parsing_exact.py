@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from agent_gym.core.history import ToolCall
 from agent_gym.core.parsing import ParsedAction, TagParser, ToolCallParser
 from tests.conftest import LookupTool
 
@@ -99,3 +100,25 @@ def test_format_call_of_an_unmapped_tool_names_it():
     with pytest.raises(KeyError) as caught:
         TagParser().format_call("lookup", {"country": "Peru"})
     assert caught.value.args == ("no tag maps to tool 'lookup'",)
+
+
+def test_format_call_writes_unicode_as_is():
+    assert ToolCallParser().format_call("search", {"query": "日本 café"}) == (
+        '<tool_call>\n{"name": "search", "arguments": {"query": "日本 café"}}\n</tool_call>'
+    )
+
+
+@pytest.mark.parametrize(
+    ("positions", "written", "ran", "refused"),
+    [
+        ((), 2, [], [(1, 2)]),  # nothing ran: every call written was refused
+        ((1, 3), 3, [(1, 1), (3, 3)], [(2, 2)]),  # the last call written ran: no tail
+        ((2, 3), 6, [(2, 3)], [(1, 1), (4, 6)]),
+        ((), 0, [], []),
+    ],
+)
+def test_ran_and_refused_ranges(positions, written, ran, refused):
+    calls = tuple(ToolCall("s", {}, id=f"call_0_{i}") for i in range(len(positions)))
+    parsed = ParsedAction("x", calls, call_positions=positions, calls_written=written)
+    assert parsed.ran_ranges() == ran and parsed.refused_ranges() == refused
+    assert parsed.refused_positions == tuple(i for a, b in refused for i in range(a, b + 1))
