@@ -244,15 +244,9 @@ def test_reset_info_must_carry_messages():
 class GoesOnAfterTheRightAnswer(LookupEnv):
     """Only the oracle's (right) answer leaves the episode open: only the oracle's episode can notice."""
 
-    def _require_running(self):
-        state = self._state
-        if state is not None and state.done and state.answer == state.task.capital:
-            return state
-        return super()._require_running()
-
     def step(self, action):
         state = self._state
-        if state is not None and state.done:  # the episode goes on from its last state
+        if state is not None and state.done and state.answer == state.task.capital:  # goes on, unchanged
             return self._render_observation(), 0.0, True, False, {}
         return super().step(action)
 

@@ -157,3 +157,51 @@ def test_the_tool_applies_its_own_limits_and_names_the_error_reason():
     refused = tool.call({"expression": "1+2+34"})
     assert refused.content == "Error: the expression is 6 characters long (limit 5)"
     assert refused.metadata == {"reason": "calculator_error"}
+
+
+@pytest.mark.parametrize(
+    ("expression", "limits", "message"),
+    [
+        (5, None, "the expression must be a string, got int"),
+        ("  ", None, "the expression is empty"),
+        ("١٢", None, "unsupported characters '١٢'; use ASCII digits and + - * / // % ** ( )"),
+        ("-" * 100_000 + "1", {"max_length": 300_000, "max_depth": 300_000}, "invalid expression (MemoryError)"),
+        # a number the size check allows, whose floating-point square root does not exist
+        (
+            "sqrt((2**1000 * 2**23 - 1) * 2 + 1)",
+            None,
+            "cannot evaluate: OverflowError: integer division result too large for a float",
+        ),
+    ],
+)
+def test_more_refusals_are_exact(expression, limits, message):
+    with pytest.raises(CalculatorError) as caught:
+        evaluate(expression, CalculatorLimits(**limits) if limits else None)
+    assert str(caught.value) == message
+
+
+def test_nesting_is_counted_on_brackets_only():
+    with pytest.raises(CalculatorError) as caught:
+        evaluate("X" * 41)  # a long name is not nesting
+    assert str(caught.value) == f"unknown name {'X' * 41!r}; functions: {FUNCTIONS}"
+    with pytest.raises(CalculatorError, match=r"^the expression is nested too deeply \(limit 40\)$"):
+        evaluate("(" + "X*(" * 40 + "1" + ")" * 41)  # names between the brackets do not close them
+    # closing a bracket goes back one level: (1)+((1)) is 2 deep
+    assert evaluate("(1)+((1))", CalculatorLimits(max_depth=2)) == 2
+    with pytest.raises(CalculatorError, match=r"^the expression is nested too deeply \(limit 1\)$"):
+        evaluate("(1)+((1))", CalculatorLimits(max_depth=1))
+    # deep text is refused by the bracket count before Python's parser sees it
+    with pytest.raises(CalculatorError, match=r"^the expression is nested too deeply \(limit 40\)$"):
+        evaluate("(1+" * 2000 + "1" + ")" * 2000, CalculatorLimits(max_length=10**5))
+
+
+def test_tabs_are_whitespace_and_a_sentence_percentage_parses():
+    assert evaluate("1\t+\t2") == 3
+    assert parse_number("50%.") == Fraction(1, 2)
+
+
+def test_smallest_limits_are_valid_and_zero_is_named():
+    assert CalculatorLimits(max_length=1, max_depth=1, max_exponent=1, max_bits=1).max_depth == 1
+    with pytest.raises(ValueError) as caught:
+        CalculatorLimits(max_bits=0)
+    assert str(caught.value) == "CalculatorLimits.max_bits must be >= 1 (got 0)"
