@@ -112,6 +112,8 @@ def test_check_step_sums_terms_with_an_absolute_tolerance():
         ({"info": {"tool_calls": ()}}, "info['tool_calls'] must be a list"),
         ({"terminated": 1}, "terminated and truncated must be bools"),
         ({"truncated": 0}, "terminated and truncated must be bools"),
+        ({"info": {"stop_reason": None}}, "a terminated step must name its info['stop_reason']"),
+        ({"info": {"metrics": None}}, "a terminated step must report info['metrics']"),
     ],
 )
 def test_check_step_messages(change, message):
@@ -278,6 +280,13 @@ def test_truncation_must_refuse_steps_when_record_stop_reason_is_in_the_stack():
     with pytest.raises(AssertionError) as caught:
         check_text_env(LeakyStop(TimeLimit(Endless(), 2)), skip_gymnasium_checker=True)
     assert str(caught.value) == "seed 0: step() after truncation must raise EpisodeOverError"
+
+
+def test_record_stop_reason_is_found_under_other_wrappers():
+    from gymnasium.wrappers import OrderEnforcing
+
+    with pytest.raises(AssertionError, match=r"^seed 0: step\(\) after truncation must raise EpisodeOverError$"):
+        check_text_env(OrderEnforcing(LeakyStop(TimeLimit(Endless(), 2))), skip_gymnasium_checker=True)
 
 
 def test_truncation_without_record_stop_reason_is_not_required_to_refuse():
