@@ -22,6 +22,6 @@ def test_lone_surrogates_are_measured_not_raised():
     assert ToolCallParser().parse(call).errors == ("tool call 1: JSON nested more than 32 deep",)
 
 
-@pytest.mark.parametrize(("text", "depth"), [('"\\\\"', 0), ('["\\\\", ["\\"["]]', 2), ('"\\\\\\"["', 0)])
+@pytest.mark.parametrize(("text", "depth"), [('\\"[', 1), ('"\\\\"', 0), ('["\\\\", ["\\"["]]', 2), ('"\\\\\\"["', 0)])
 def test_escaped_backslashes_before_quotes(text, depth):
     assert json_depth(text) == depth
