@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from agent_gym.tools.sql import SqlDatabase, SqlError, SqlLimits, SqlTool
-from agent_gym.tools.sql_budget import CALL_COST, Budget, BudgetExceeded
+from agent_gym.tools.sql_budget import CALL_COST, Budget, BudgetExceeded, cte_copies
 
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
 
@@ -79,3 +79,29 @@ def test_a_refused_clock_read_names_its_function(name):
         f"Error: {name}() with 'now', 'localtime' or 'utc' (or no arguments) reads the machine's clock or time zone "
         "and is not allowed; use literal dates"
     )
+
+
+def test_an_unstarted_budget_stops_any_query():
+    assert Budget(limit=10**9, period=1_000, safety_seconds=60.0).on_progress() == 1  # its deadline has passed
+
+
+@pytest.mark.parametrize(
+    ("query", "copies"),
+    [
+        ("SELECT 1 AS", 0),  # text that ends where a definition could start
+        ("x AS NOT MATERIALIZED", 0),
+        ("WITH a AS MATERIALIZED (SELECT 1) SELECT * FROM a, a", 2),
+        ("WITH a AS NOT MATERIALIZED (SELECT 1) SELECT * FROM a, a", 2),
+        ("WITH a AS (SELECT 1) SELECT 'a' FROM a", 1),  # a string equal to a name is not a mention
+        ("WITH a AS (SELECT * FROM b), b AS (SELECT * FROM a) SELECT * FROM a", 2),  # mutual: each copied once
+        # a mention before a later (nested) definition is still outside every body
+        ("WITH a AS (SELECT 1) SELECT * FROM a WHERE 1 IN (WITH b AS (SELECT 2) SELECT * FROM b)", 2),
+    ],
+)
+def test_more_cte_copy_estimates(query, copies):
+    assert cte_copies(query) == copies
+
+
+def test_mutually_recursive_ctes_are_an_sql_error_not_a_crash():
+    with pytest.raises(SqlError, match="circular reference"):
+        _db().query("WITH a AS (SELECT * FROM b), b AS (SELECT * FROM a) SELECT * FROM a")
