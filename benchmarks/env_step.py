@@ -6,6 +6,13 @@ run, is the *bare* tool time: the very same tool calls replayed directly with
 ``Tool.call`` outside the environment. The env overhead per step is
 ``(step time - bare tool time) / steps``; the ratio is step time over bare tool time.
 
+Both sides run the same code: the calls are recorded in an untimed first pass
+over the episodes (the recording hook wraps ``Tool.call``), then the same
+seeded episodes are timed with the hook removed, and the recorded calls are
+replayed through the same, unwrapped ``Tool.call``. The timed pass must take
+the same steps and make the same calls as the recorded one (checked), so the
+reference is exactly the tool work inside the timed steps.
+
 Usage:
     python benchmarks/env_step.py                      # every registered id
     python benchmarks/env_step.py --env-ids AgentR1/HotpotQA-v0 --episodes 200
@@ -50,7 +57,7 @@ def parse_args() -> Args:
 
 
 class _Recorder:
-    """Patches ``Tool.call`` to record every call made during timed episodes."""
+    """Patches ``Tool.call`` to record every call made during the (untimed) recording pass."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Tool, dict[str, Any]]] = []
@@ -70,28 +77,33 @@ class _Recorder:
         Tool.call = self._original  # type: ignore[method-assign]
 
 
-def play(env: gym.Env, seed: int) -> tuple[int, float]:
-    """One oracle episode; returns (steps, seconds spent inside env.step)."""
+def play(env: gym.Env, seed: int) -> tuple[int, int, float]:
+    """One oracle episode; returns (steps, tool calls run, seconds spent inside env.step)."""
     env.reset(seed=seed)
-    steps, spent = 0, 0.0
+    steps, calls, spent = 0, 0, 0.0
     while True:
         action = env.unwrapped.oracle_action()
         start = time.perf_counter()
-        _, _, terminated, truncated, _ = env.step(action)
+        _, _, terminated, truncated, info = env.step(action)
         spent += time.perf_counter() - start
         steps += 1
+        calls += len(info["tool_calls"])
         if terminated or truncated:
-            return steps, spent
+            return steps, calls, spent
 
 
 def measure(env_id: str, args: Args) -> dict[str, float]:
     env = gym.make(env_id)
     for i in range(args.warmup):
         play(env, args.seed + args.episodes + i)
-    with _Recorder() as rec:
-        results = [play(env, args.seed + i) for i in range(args.episodes)]
-    steps = sum(s for s, _ in results)
-    step_time = sum(t for _, t in results)
+    seeds = [args.seed + i for i in range(args.episodes)]
+    with _Recorder() as rec:  # untimed: which tool calls do these episodes make?
+        recorded = [play(env, s)[:2] for s in seeds]
+    results = [play(env, s) for s in seeds]  # timed, with the same Tool.call as the replay below
+    if [r[:2] for r in results] != recorded or sum(c for _, c in recorded) != len(rec.calls):
+        raise RuntimeError(f"{env_id}: the timed episodes made other steps or calls than the recorded ones")
+    steps = sum(s for s, _, _ in results)
+    step_time = sum(t for _, _, t in results)
     ctx = ToolContext(rng=np.random.default_rng(0))
     start = time.perf_counter()
     for tool, arguments in rec.calls:

@@ -103,7 +103,11 @@ def check_answer_scores(env: ToolEnv[Any], answer: str) -> None:
 
 
 def random_call(tool: Tool, rng: np.random.Generator) -> dict[str, Any]:
-    """Arguments for ``tool`` that usually satisfy its schema (random strings, small ints)."""
+    """Arguments for ``tool`` that usually satisfy its schema.
+
+    Strings are 1-4 words from a small vocabulary with text for every built-in tool; integers are 0-9,
+    numbers standard normal, booleans fair coins, enums a uniform member.
+    """
     args: dict[str, Any] = {}
     for name, prop in tool.parameters.get("properties", {}).items():
         kind = prop.get("type")
@@ -311,4 +315,5 @@ def check_copies(env: gym.Env[str, str], *, seed: int = 0, max_steps: int = 6) -
 def _copy_policy(base: ToolEnv[Any], seed: int) -> Callable[[], str]:
     if _has_oracle(base):
         return base.oracle_action
+    base.action_space.seed(seed)  # its random text too, so a failure replays
     return random_episode_actions(base, np.random.default_rng(seed))

@@ -376,7 +376,7 @@ class SqlDatabase:
                 f"a string, blob, row or result-column name is too big (the limit is "
                 f"{self.limits.max_value_length:,} bytes; give long expressions a short alias with AS)"
             )
-        if "out of memory" in text:
+        if isinstance(exc, MemoryError) or "out of memory" in text:  # Python raises SQLITE_NOMEM as a bare MemoryError
             return (
                 "the query is too large: it compiles to more than "
                 f"{self.limits.max_program_size:,} instructions or exhausted SQLite's memory limit"

@@ -53,3 +53,16 @@ def test_small_observation_limits_hold_for_every_id(env_id, limit):
         assert len(obs) <= limit and env.observation_space.contains(obs)
         if terminated or truncated:
             break
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_vector_envs_reset_ended_episodes_themselves(env_id):
+    """README: the end-of-episode rule never bites vector envs (they reset an ended episode on the next step)."""
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id, max_episode_steps=2)] * 2)
+    envs.reset(seed=0)
+    ends = 0
+    for _ in range(7):  # truncated at steps 2, 5: each next step resets instead of raising EpisodeOverError
+        _, _, terminated, truncated, _ = envs.step(["thinking"] * 2)
+        ends += int((terminated | truncated).sum())
+    assert ends == 2 * 2
+    envs.close()

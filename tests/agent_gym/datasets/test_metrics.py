@@ -76,3 +76,72 @@ def test_score_answer_reports_all_three() -> None:
 def test_no_gold_answer_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one gold answer"):
         exact_match("x", [])
+
+
+# ---------------------------------------------------------------------------- the official script's rules (issue 16)
+# HotpotQA's hotpot_evaluate_v1.py lower-cases, then drops ASCII punctuation, then the words a/an/the, then
+# collapses whitespace; F1 counts tokens as a multiset (collections.Counter), and a prediction or gold answer
+# that normalises to yes/no/noanswer scores F1 0 unless the two normalise to the same string.
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The-End", "theend"),  # punctuation goes first, so "the" is no longer a word of its own
+        ("THE Beatles", "beatles"),  # lower-cased before the articles are dropped
+        ("an anthem, a theory", "anthem theory"),  # articles only as whole words
+        ("New\tYork\n  City ", "new york city"),  # any whitespace run is one space
+        ("3.14", "314"),  # the decimal point is punctuation too
+        ("1,000", "1000"),
+        ("Zürich–Genève", "zürich–genève"),  # only ASCII punctuation is dropped; the en dash stays
+        ("ÉCOLE", "école"),
+    ],
+)
+def test_normalisation_order_and_scope_follow_the_official_script(text: str, expected: str) -> None:
+    assert normalize_answer(text) == expected
+
+
+def test_f1_counts_tokens_as_a_multiset() -> None:
+    # A set-based F1 disagrees with every case below.
+    # pred {red: 2}, gold {red: 2, blue: 1}: overlap 2, P = 2/2, R = 2/3, F1 = 0.8 (sets: overlap 1 -> 0.4 or 2/3)
+    assert math.isclose(f1_score("red red", "red red blue"), 0.8)
+    # pred {paris: 1}, gold {paris: 2}: P = 1, R = 1/2, F1 = 2/3 (sets of tokens: 1.0)
+    assert math.isclose(f1_score("Paris", "Paris Paris"), 2 / 3)
+    # "New York, New York" vs "New York, New York City": overlap 4, P = 4/4, R = 4/5, F1 = 8/9 (sets: 2 shared -> 4/9)
+    assert math.isclose(f1_score("New York, New York", "New York, New York City"), 8 / 9)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "f1"),
+    [
+        ("Yes.", "yes", 1.0),  # the special words are compared after normalisation
+        ("no way", "no", 0.0),  # the gold is special and the strings differ: 0 despite the shared token
+        ("no", "no way", 0.0),  # the prediction is special
+        ("noanswer", "noanswer", 1.0),
+        ("no answer", "noanswer", 0.0),
+        ("yes and no", "yes and no", 1.0),  # neither side is exactly a special word
+    ],
+)
+def test_f1_special_answers_follow_the_official_script(prediction: str, gold: str, f1: float) -> None:
+    assert f1_score(prediction, gold) == f1
+
+
+def test_answers_that_normalise_to_nothing() -> None:
+    # The official script compares normalised strings for EM, so "" equals "the"; its F1 has no common token: 0.
+    assert exact_match("", "the") == 1.0
+    assert f1_score("", "the") == 0.0
+    assert f1_score("", "Paris") == 0.0 and exact_match("", "Paris") == 0.0
+    # substring match ignores gold answers that normalise to nothing (else every prediction would match)
+    assert substring_match("", "the") == 0.0
+
+
+def test_exact_match_compares_whole_normalised_strings() -> None:
+    assert exact_match("3.14", "314") == 1.0  # the official normalisation drops the decimal point
+    assert exact_match("The Who", "who") == 1.0
+    assert exact_match("Who", "The Who band") == 0.0
+
+
+def test_no_gold_answer_is_an_error_in_every_metric() -> None:
+    for metric in (exact_match, f1_score, substring_match, score_answer):
+        with pytest.raises(ValueError, match=r"^at least one gold answer is needed$"):
+            metric("x", [])

@@ -109,3 +109,59 @@ def test_oracle_takes_over_after_a_failed_foreign_call_instead_of_repeating_it()
         _, _, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
         assert not truncated
     assert info["metrics"]["answer_em"] == 1.0
+
+
+# ---------------------------------------------------------------------------- README: "nothing is built on reset"
+@pytest.mark.parametrize("env_id", ["AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/MuSiQue-v0"])
+def test_question_corpus_builds_one_shared_index_and_nothing_on_reset(env_id, monkeypatch):
+    """corpus="question": one BM25 index over the split's paragraphs, built once; resets and searches build none."""
+    from agent_gym.retrieval import BM25Retriever
+
+    builds = []
+    original = BM25Retriever.__init__
+
+    def counting_init(self, *args, **kwargs):
+        builds.append(len(args[0]) if args else len(kwargs["passages"]))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BM25Retriever, "__init__", counting_init)
+    BM25Retriever.clear_cache()
+    env = gym.make(env_id, corpus="question")
+    second = gym.make(env_id, corpus="question")
+    base = env.unwrapped
+    assert len(builds) == 1 and builds[0] == len({p.id for t in base.tasks for p in t.paragraphs})
+    assert second.unwrapped.retriever is base.retriever  # shared between envs of the same split
+    for index in range(base.num_tasks()):  # every task: reset, then a search in its own paragraphs
+        env.reset(seed=index, options={"task_index": index})
+        _, _, _, _, info = env.step(base.oracle_action())
+        assert info["tool_calls"] and info["tool_calls"][0]["ok"]
+        assert set(base.tools["search"].allowed) == set(base.state.task.paragraph_ids)  # its own paragraphs
+    assert len(builds) == 1
+    BM25Retriever.clear_cache()  # the counted index leaves no trace for other tests
+
+
+# ---------------------------------------------------------------------------- README: every noise event is listed
+@pytest.mark.parametrize(
+    ("noise", "events", "content"),
+    [
+        ({"failure_prob": 1.0}, ["failure"], "Error: search is temporarily unavailable, try again"),
+        ({"timeout_prob": 1.0}, ["timeout"], "Error: search timed out"),
+        ({"truncate_prob": 1.0, "truncate_length": 12}, ["truncate"], None),
+    ],
+)
+def test_generic_noise_events_are_listed_in_info(noise, events, content):
+    clean = _search_once({})
+    env = gym.make("AgentR1/HotpotQA-v0", tool_noise=noise)
+    env.reset(seed=0, options={"task_index": 0})
+    question = env.unwrapped.state.task.question
+    info = env.step(env.unwrapped.parser.format_call("search", {"query": question}))[4]
+    assert info["noise_events"] == events
+    expected = content or clean["tool_calls"][0]["content"][:12] + " [truncated]"
+    assert info["tool_calls"][0]["content"] == expected
+
+
+@pytest.mark.parametrize("source", ["hotpotqa", "2wikimultihopqa", "musique"])
+def test_the_embedded_split_is_the_leading_three_quarters_for_train(source):
+    every = MultiHopQAEnv(source=source).tasks
+    train, test = MultiHopQAEnv(source=source, split="train").tasks, MultiHopQAEnv(source=source, split="test").tasks
+    assert train + test == every and len(train) == int(0.75 * len(every))

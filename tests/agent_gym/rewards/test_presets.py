@@ -9,6 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_gym.core.parsing import ParsedAction
+from agent_gym.core.rubric import Transition
+from agent_gym.datasets.metrics import score_answer
 from agent_gym.rewards import make_rubric
 from tests.conftest import LookupEnv
 
@@ -137,3 +140,19 @@ def test_outcome_preset_by_hand():
     assert rewards == pytest.approx([0.0, 0.0, (1 - 1 / 3) - 1])  # one malformed action in three
     env.reset(seed=0, options={"task_index": 0})
     assert env.step("<answer>Paris</answer>")[1] == 1.0
+
+
+@pytest.mark.parametrize(("metric", "expected"), [("em", 0.0), ("f1", 0.8)])
+def test_outcome_preset_scores_the_chosen_metric(metric, expected):
+    """A partly right answer separates EM from F1: "New York" vs "New York City" is EM 0, F1 0.8."""
+    rubric = make_rubric("outcome", answer_metric=metric)
+    final = Transition(
+        turn=1,
+        action=ParsedAction("<answer>New York</answer>", answer="New York"),
+        terminated=True,
+        answer_scores=score_answer("New York", "New York City"),
+    )
+    weighted, raw = rubric.score(final)
+    assert raw == {"outcome": pytest.approx(expected)} and weighted == raw
+    process = make_rubric("process", answer_metric=metric).score(final)[1]
+    assert process["answer"] == pytest.approx(expected)
