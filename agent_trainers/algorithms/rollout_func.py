@@ -126,7 +126,8 @@ class EnvRolloutFunc:
             puts them in (the paper's ablation).
         policy_factory: Builds the policy from ``(model, tokenizer, seed)``; default
             :class:`~agent_trainers.policies.TransformersPolicy` on the trainer's
-            model (pass one for vLLM, or a scripted policy in tests).
+            model, or TRL's vLLM engine when the trainer has ``use_vllm=True``
+            (:mod:`agent_trainers.algorithms.trl_vllm`); pass one for a scripted policy in tests.
         calls: Rollout calls made so far (saved in checkpoints).
     """
 
@@ -168,9 +169,13 @@ class EnvRolloutFunc:
             tasks.append(self._index[key])
         return tasks
 
-    def _policy(self, model: Any, tokenizer: Any) -> TokenPolicy:
+    def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
         if self.policy_factory is not None:
             return self.policy_factory(model, tokenizer, self.seed + self.calls)
+        if getattr(trainer, "use_vllm", False):  # TRL's vLLM engine (GRPOConfig use_vllm=True), experimental
+            from agent_trainers.algorithms.trl_vllm import trl_vllm_policy
+
+            return trl_vllm_policy(trainer, self.seed + self.calls)
         return TransformersPolicy(model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls)
 
     def play(
@@ -204,7 +209,7 @@ class EnvRolloutFunc:
         model.eval()
         try:
             config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
-            trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class), config)
+            trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class, trainer), config)
         finally:
             trainer.model.train(training)
         self.calls += 1
