@@ -147,6 +147,7 @@ def rollout(
     env_kwargs: dict[str, Any] | None = None,
     config: RolloutConfig | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
+    make_env: Callable[..., Any] | None = None,
 ) -> list[Trajectory]:
     """Play ``len(task_indices) * group_size`` episodes of ``env_id`` with ``policy``.
 
@@ -161,6 +162,8 @@ def rollout(
         env_kwargs: Passed to ``gymnasium.make``.
         config: How to play (default :class:`RolloutConfig()`).
         on_episode_end: Called with each trajectory as soon as it ends (progress bars).
+        make_env: Builds each env as ``make_env(env_id, **kwargs)`` instead of ``gymnasium.make``
+            (e.g. :meth:`agent_trainers.rollout.ray_pool.RayEnvPool.make`: envs in Ray actors).
 
     Returns:
         Trajectories ordered task by task, group members adjacent.
@@ -172,7 +175,9 @@ def rollout(
     if not token_mode and not isinstance(policy, ChatPolicy):
         raise TypeError(f"policy must have generate(prompts, params) or generate_chat(...) (got {type(policy)})")
     chat = ChatTokenizer(policy.tokenizer) if token_mode else None
-    episodes = _make_episodes(chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg)
+    episodes = _make_episodes(
+        chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg, make_env or gym.make
+    )
     done = _Notifier(episodes, on_episode_end)
     try:
         if token_mode:
@@ -209,13 +214,14 @@ def _make_episodes(
     seed: int,
     kwargs: dict[str, Any],
     cfg: RolloutConfig,
+    make_env: Callable[..., Any],
 ) -> list[_Episode]:
     make_kwargs = dict(kwargs) | ({"max_episode_steps": cfg.max_turns} if cfg.max_turns is not None else {})
     episodes = []
     for p, index in enumerate(task_indices):
         for g in range(group_size):
             ep_seed = seed + p if cfg.same_noise_in_group else seed + p * group_size + g
-            env = gym.make(env_id, **make_kwargs)
+            env = make_env(env_id, **make_kwargs)
             traj = Trajectory(env_id, dict(kwargs), ep_seed, "", int(index), p)
             _obs, info = env.reset(seed=ep_seed, options={"task_index": int(index)})
             traj.tools = list(info.get("tools", [])) if cfg.render_tools else []
