@@ -19,6 +19,7 @@ checkpoint and restored on resume (:meth:`EnvRolloutFunc.state_dict`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -109,6 +110,22 @@ def env_reward(
         for name, value in episode_metrics(trajectory).items():
             log_metric(name, value)
     return [t.total_reward for t in trajectory]
+
+
+def _generation_model(trainer: Any) -> contextlib.AbstractContextManager[Any]:
+    """The trainer's model, ready to generate: TRL's ``unwrap_model_for_generation`` (DDP/DeepSpeed/FSDP
+    unwrapped, ZeRO-3 parameters gathered as ``ds3_gather_for_generation`` says, gradient checkpointing off);
+    with ``use_vllm`` the model does not generate, so it is only unwrapped."""
+    if getattr(trainer, "use_vllm", False):
+        return contextlib.nullcontext(trainer.accelerator.unwrap_model(trainer.model))
+    from trl.models import unwrap_model_for_generation
+
+    return unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    )
 
 
 @dataclass
@@ -205,11 +222,11 @@ class EnvRolloutFunc:
         training = trainer.model.training
         group = trainer.num_generations if training else trainer.num_generations_eval
         tasks = self._tasks(prompts, group)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        model.eval()
+        config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
         try:
-            config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
-            trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class, trainer), config)
+            with _generation_model(trainer) as model:
+                model.eval()
+                trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class, trainer), config)
         finally:
             trainer.model.train(training)
         self.calls += 1

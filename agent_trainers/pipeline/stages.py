@@ -33,6 +33,7 @@ from agent_trainers.algorithms.advantages import Algorithm
 from agent_trainers.algorithms.evaluate import EvalResult, evaluate
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
+from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 
@@ -143,9 +144,10 @@ def run_sft_stage(state: RunState) -> None:
     for record in trainer.state.log_history:
         numeric = {k: float(v) for k, v in record.items() if isinstance(v, int | float)}
         state.log.write({**numeric, "stage": "sft", "step": int(record.get("step", 0))})
-    state.model.save_pretrained(sft_dir)
-    state.tokenizer.save_pretrained(sft_dir)
-    (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
+    if is_main_process():
+        state.model.save_pretrained(sft_dir)
+        state.tokenizer.save_pretrained(sft_dir)
+        (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
     state.sft_ran = True
 
 
@@ -242,6 +244,8 @@ def run_final_stage(state: RunState) -> None:
     """Evaluate the final model and save it with its tokenizer under ``final/``."""
     c = state.config
     state.evaluate("final", c.rl.steps if c.rl.enabled else 0)
+    if not is_main_process():
+        return
     state.model.save_pretrained(state.out / "final")
     state.tokenizer.save_pretrained(state.out / "final")
     (state.out / "final" / "agent_r1.json").write_text(json.dumps({"algorithm": str(c.algorithm)}) + "\n")
