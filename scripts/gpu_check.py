@@ -232,7 +232,7 @@ def ppo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -
     trainer = PPOTrainer(model, tok, fn, ppo_args, output_dir=out / "ppo")
     with Peak(device) as peak:
         start = time.perf_counter()
-        trainer.train()
+        trainer.step()  # rollout, scoring, GAE, update; train() would also write a checkpoint
         wall = time.perf_counter() - start
     del trainer
     return _step_row("ppo step (ours)", wall, fn.play_s, peak.gib())
