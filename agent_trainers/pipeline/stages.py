@@ -171,6 +171,14 @@ class _RLCallback(TrainerCallback):
             self.state.evaluate(f"rl_step_{step}", step, model=self.trainer.model)
 
 
+def vllm_args(rl: Any) -> dict[str, Any]:
+    """``GRPOConfig`` fields for ``rl.vllm`` (nothing for ``none``)."""
+    mode = str(rl.vllm)
+    if mode == "none":
+        return {}
+    return {"use_vllm": True, "vllm_mode": mode, "vllm_server_base_url": rl.vllm_server_url}
+
+
 def run_trl_rl_stage(state: RunState) -> None:
     """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
     from datasets import Dataset
@@ -204,6 +212,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         save_steps=r.save_steps,
         seed=c.seed,
         max_completion_length=c.rollout.max_total_tokens,
+        **vllm_args(r),
     )
     trainer = AgentGRPOTrainer(
         model=state.model,

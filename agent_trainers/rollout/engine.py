@@ -163,7 +163,8 @@ def rollout(
         config: How to play (default :class:`RolloutConfig()`).
         on_episode_end: Called with each trajectory as soon as it ends (progress bars).
         make_env: Builds each env as ``make_env(env_id, **kwargs)`` instead of ``gymnasium.make``
-            (e.g. :meth:`agent_trainers.rollout.ray_pool.RayEnvPool.make`: envs in Ray actors).
+            (e.g. :meth:`agent_trainers.rollout.ray_pool.RayEnvPool.make`: envs in Ray actors); by
+            default ``config.env_actors > 0`` uses the process's shared pool of that many actors.
 
     Returns:
         Trajectories ordered task by task, group members adjacent.
@@ -175,6 +176,10 @@ def rollout(
     if not token_mode and not isinstance(policy, ChatPolicy):
         raise TypeError(f"policy must have generate(prompts, params) or generate_chat(...) (got {type(policy)})")
     chat = ChatTokenizer(policy.tokenizer) if token_mode else None
+    if make_env is None and cfg.env_actors:
+        from agent_trainers.rollout.ray_pool import shared_pool
+
+        make_env = shared_pool(cfg.env_actors).make
     episodes = _make_episodes(
         chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg, make_env or gym.make
     )

@@ -31,7 +31,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["RayEnvPool", "RemoteEnv"]
+__all__ = ["RayEnvPool", "RemoteDescription", "RemoteEnv", "shared_pool"]
 
 
 @dataclass(frozen=True)
@@ -227,3 +227,21 @@ class RayEnvPool:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+_SHARED: dict[int, RayEnvPool] = {}
+
+
+def shared_pool(num_actors: int) -> RayEnvPool:
+    """This process's pool of ``num_actors`` actors (``RolloutConfig.env_actors``), started on first use.
+
+    It lives until the process ends (Ray ends the actors with their driver). If
+    Ray is not initialised, a local instance is started with the machine's CPUs.
+    """
+    if num_actors not in _SHARED:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        _SHARED[num_actors] = RayEnvPool(num_actors)
+    return _SHARED[num_actors]

@@ -12,7 +12,7 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 
 from agent_trainers.policies import ScriptedPolicy, TransformersPolicy
-from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout, trajectory_to_dict
+from agent_trainers.rollout import RolloutConfig, check_trajectory, ray_pool, rollout, trajectory_to_dict
 from agent_trainers.rollout.ray_pool import RayEnvPool
 from tests.agent_trainers.rollout import ray_envs
 
@@ -31,6 +31,7 @@ def local_ray():
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), before) if p)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
+    ray_pool._SHARED.clear()  # its actors end with this Ray instance
     ray.shutdown()
     if before is None:
         os.environ.pop("PYTHONPATH")
@@ -111,6 +112,21 @@ def test_unschedulable_actors_fail_with_a_clear_error(local_ray):
             pool.make(HOTPOT)
     finally:
         pool.shutdown()
+
+
+def test_rollout_config_env_actors_uses_the_shared_pool(local_ray, smollm2_tokenizer):
+    config = RolloutConfig(max_turns=2, max_new_tokens_per_turn=64, env_actors=1)
+    call = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "6 * 7"}}\n</tool_call>'
+    script = [call, "<answer>42</answer>"] * 2
+    remote = rollout(ScriptedPolicy(smollm2_tokenizer, list(script)), "AgentR1/Calculator-v0", task_indices=[0, 4],
+                     config=config)  # fmt: skip
+    local_config = RolloutConfig(max_turns=2, max_new_tokens_per_turn=64)
+    local = rollout(ScriptedPolicy(smollm2_tokenizer, list(script)), "AgentR1/Calculator-v0", task_indices=[0, 4],
+                    config=local_config)  # fmt: skip
+    assert [trajectory_to_dict(t) for t in remote] == [trajectory_to_dict(t) for t in local]
+    assert list(ray_pool._SHARED) == [1] and ray_pool._SHARED[1].sizes() == [0]
+    with pytest.raises(ValueError, match="env_actors must be >= 0"):
+        RolloutConfig(env_actors=-1)
 
 
 def test_bad_arguments_and_missing_ray(monkeypatch):
