@@ -1,4 +1,4 @@
-"""Does each RL algorithm learn, and what does a step cost? One row per algorithm on ``AgentR1/Bandit-v0``, next to GRPO.
+"""Does each RL algorithm learn, and what does a step cost? One row per algorithm on ``AgentR1/Bandit-v0``.
 
 Protocol - every algorithm gets the same start, tasks, seeds and budget:
 

@@ -21,6 +21,12 @@
    answer) on an env whose ``step`` sleeps ``tool_latency_s``. Figure: wall
    time with the engine's thread pool; references: the same rollout with one
    worker (the serial sum) and the ideal ``turns * latency`` (the max).
+3. Ray env pool (``--ray-actors 1,2,4``; only this part runs then). Scripted
+   episodes whose env steps either sleep ``ray_tool_latency_s`` (a tool that
+   waits) or spin the CPU in Python for ``ray_tool_cpu_s`` (a tool that holds
+   the GIL). Figure: episodes/s with the envs in 1, 2 and 4 Ray actors
+   (:class:`agent_trainers.rollout.ray_pool.RayEnvPool`); reference: the same
+   episodes with in-process envs and the engine's threads; ratio Ray/threads.
 
 Run: ``python benchmarks/rollout.py`` (defaults take a few minutes on 2 CPU cores);
 ``python benchmarks/rollout.py --cache-check`` (only part 1);
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Hashable, Iterable, Sequence
@@ -41,7 +48,14 @@ import gymnasium as gym
 import torch
 
 import agent_gym  # noqa: F401  (registers the environment ids)
-from agent_trainers.policies import Generation, SamplingParams, ScriptedPolicy, TransformersPolicy, load_model
+from agent_trainers.policies import (
+    Generation,
+    SamplingParams,
+    ScriptedPolicy,
+    TransformersPolicy,
+    load_model,
+    load_tokenizer,
+)
 from agent_trainers.rollout import RolloutConfig, Trajectory, rollout
 
 
@@ -88,6 +102,17 @@ class Args:
     """Seed of sampling and resets."""
     repeats: int = 2
     """Timed runs alternate this many times; medians are reported (the box is shared)."""
+    # --- Ray env pool rows (part 3) ---
+    ray_actors: str = ""
+    """Comma-separated actor counts, e.g. ``1,2,4``: run only the Ray env-pool comparison (empty: skip it)."""
+    ray_episodes: int = 16
+    """Episodes per Ray-comparison run (2 env steps each)."""
+    ray_tool_latency_s: float = 0.2
+    """Sleep of every env step in the waiting-tool rows."""
+    ray_tool_cpu_s: float = 0.1
+    """Pure-Python busy time of every env step in the GIL-bound rows."""
+    ray_threads_per_actor: int = 8
+    """``max_concurrency`` of each actor (env steps one actor runs at once on its threads)."""
 
 
 class RecordingPolicy:
@@ -307,6 +332,67 @@ def overlap(args: Args, tok: Any) -> None:
     print(f"  ratio engine/ideal: {pooled / ideal:.2f}   serial/engine speed-up: {serial / pooled:.1f}x")
 
 
+class BusyStep(gym.Wrapper):
+    """Every ``step`` first spins the CPU in Python for ``cpu_s`` seconds (a GIL-bound tool)."""
+
+    def __init__(self, env: gym.Env, cpu_s: float):
+        super().__init__(env)
+        self.cpu_s = cpu_s
+
+    def step(self, action: Any) -> Any:
+        end, x = time.thread_time() + self.cpu_s, 0
+        while time.thread_time() < end:
+            x += 1
+        return self.env.step(action)
+
+
+def _register_tool_envs(env_id: str, latency_s: float, cpu_s: float) -> None:
+    """``Bench/SleepTool-v0`` and ``Bench/CpuTool-v0`` (run in the driver and, pickled by value, in each actor)."""
+    for name, wrap in (("Bench/SleepTool-v0", lambda e: SleepyStep(e, latency_s)),
+                       ("Bench/CpuTool-v0", lambda e: BusyStep(e, cpu_s))):  # fmt: skip
+        if name not in gym.registry:
+            gym.register(name, entry_point=lambda wrap=wrap, **kw: wrap(gym.make(env_id, **kw)))
+
+
+def ray_pool_rows(args: Args, tok: Any) -> None:
+    """Part 3: episodes/s with envs in 1, 2, 4 Ray actors vs in-process envs on the engine's threads."""
+    import os
+
+    import ray
+
+    from agent_trainers.rollout.ray_pool import RayEnvPool
+
+    actors = [int(a) for a in args.ray_actors.split(",")]
+    setup = functools.partial(_register_tool_envs, args.env_id, args.ray_tool_latency_s, args.ray_tool_cpu_s)
+    setup()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    script = ['<tool_call>\n{"name": "search", "arguments": {"query": "capital"}}\n</tool_call>', "<answer>x</answer>"]
+    policy = ScriptedPolicy(tok, lambda ids: script[min(tok.decode(ids).count("<|im_start|>assistant") - 1, 1)])
+    cfg = RolloutConfig(tool_workers=args.ray_episodes, tool_timeout_s=120.0)
+    n = args.ray_episodes
+
+    def run(env_id: str, make_env: Any = None) -> float:
+        start = time.perf_counter()
+        trajs = rollout(policy, env_id, task_indices=range(n), seed=args.seed, config=cfg, make_env=make_env)
+        assert all(len(t.turns) == 2 for t in trajs), [t.stop_reason for t in trajs]
+        return n / (time.perf_counter() - start)
+
+    print(f"ray env pool: {n} episodes x 2 steps; {os.cpu_count()} CPUs; {args.ray_threads_per_actor} threads/actor")
+    for env_id, what in (("Bench/SleepTool-v0", f"tool sleeps {args.ray_tool_latency_s} s"),
+                         ("Bench/CpuTool-v0", f"tool spins the CPU {args.ray_tool_cpu_s} s (GIL)")):  # fmt: skip
+        reference = run(env_id)
+        print(f"  {what}: in-process envs, {n} engine threads (reference): {reference:6.2f} episodes/s")
+        for k in actors:
+            started = time.perf_counter()
+            with RayEnvPool(num_actors=k, max_concurrency=args.ray_threads_per_actor, setup=setup) as pool:
+                run(env_id, pool.make)  # warm-up: starts the actors and builds their first envs
+                warm = time.perf_counter() - started
+                rate = run(env_id, pool.make)
+            print(f"    Ray, {k} actor(s): {rate:6.2f} episodes/s  ratio Ray/threads {rate / reference:.2f}"
+                  f"  (actor start + warm-up run {warm:.1f} s)")  # fmt: skip
+    ray.shutdown()
+
+
 def parse_args() -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in dataclasses.fields(Args):
@@ -323,6 +409,9 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(f"args: {args}  torch threads: {torch.get_num_threads()}")
+    if args.ray_actors:
+        ray_pool_rows(args, load_tokenizer("smollm2"))
+        return
     model, tok = load_model(args.model, device="cpu", dtype=getattr(torch, args.dtype))
     if args.cache_check or args.threads_check:
         if args.cache_check:

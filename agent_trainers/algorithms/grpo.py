@@ -21,8 +21,14 @@ copy of the initial policy, scores the batch with it and hands
 ``KL_t = log pi_old - log pi_ref`` (sampling log-probs minus reference
 log-probs, per model token) to the estimator.
 
-Group statistics use the local batch, so with several processes each group
-must stay on one process (true for one process).
+Several processes (``accelerate launch``): TRL's ``RepeatSampler`` puts the
+``G`` copies of a prompt next to each other and each process takes the next
+``per_device_train_batch_size * steps_per_generation`` rows of the generation
+batch, so a group stays on one process exactly when ``G`` divides that number;
+the trainer checks it (:func:`check_groups_stay_local`), and group statistics
+(``grpo``, ``rloo``, the ``-baseline`` mean) are then the same as in one
+process. Batch statistics (``reinforce_pp``'s whitening, ``scale_rewards:
+batch``) are taken over each process's batch, not the global one (a warning says so).
 
 Memory: the loss scores log-probs with :func:`~agent_trainers.algorithms.logprobs.scored_token_logprobs`
 (one forward over the whole sequences, the LM head in vocabulary chunks over the
@@ -36,6 +42,7 @@ TRL's own knobs (``per_device_train_batch_size`` below the group,
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +57,34 @@ from agent_trainers.algorithms.logprobs import scored_token_logprobs, supports_s
 from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
 from agent_trainers.algorithms.tensors import RewardBatch, reward_batch
 
-__all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler"]
+__all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler", "check_groups_stay_local"]
+
+
+def check_groups_stay_local(args: Any) -> None:
+    """Refuse a ``GRPOConfig`` whose groups would straddle two processes (see the module docstring).
+
+    Raises:
+        ValueError: ``num_generations`` does not divide the rows one process gets per generation batch.
+    """
+    local = args.per_device_train_batch_size * args.steps_per_generation
+    if local % args.num_generations:
+        raise ValueError(
+            "per_device_train_batch_size * steps_per_generation must be divisible by num_generations, so that "
+            "every group of rollouts stays on one process (got "
+            f"{args.per_device_train_batch_size} * {args.steps_per_generation} and {args.num_generations})"
+        )
+
+
+def _warn_batch_statistics(algorithm: Algorithm, args: Any) -> None:
+    batch_stats = algorithm in (Algorithm.REINFORCE_PP, Algorithm.REINFORCE_PP_BASELINE) or (
+        algorithm is Algorithm.GRPO and str(args.scale_rewards) == "batch"
+    )
+    if batch_stats and args.world_size > 1:
+        warnings.warn(
+            f"{algorithm} with {args.world_size} processes normalises advantages over each process's batch "
+            "(not the global batch); group baselines are unaffected",
+            stacklevel=3,
+        )
 
 
 class EpochSeededRepeatSampler(RepeatSampler):
@@ -130,6 +164,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             raise ValueError(
                 f"{self.algorithm} needs num_generations >= {estimator.min_group_size} (got {args.num_generations})"
             )
+        check_groups_stay_local(args)
+        _warn_batch_statistics(self.algorithm, args)
         self.kl_coef = float(args.beta) if estimator.kl_in_reward else 0.0
         reference = _frozen_copy(model) if self.kl_coef else None
         if self.kl_coef:

@@ -19,6 +19,7 @@ checkpoint and restored on resume (:meth:`EnvRolloutFunc.state_dict`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -111,6 +112,22 @@ def env_reward(
     return [t.total_reward for t in trajectory]
 
 
+def _generation_model(trainer: Any) -> contextlib.AbstractContextManager[Any]:
+    """The trainer's model, ready to generate: TRL's ``unwrap_model_for_generation`` (DDP/DeepSpeed/FSDP
+    unwrapped, ZeRO-3 parameters gathered as ``ds3_gather_for_generation`` says, gradient checkpointing off);
+    with ``use_vllm`` the model does not generate, so it is only unwrapped."""
+    if getattr(trainer, "use_vllm", False):
+        return contextlib.nullcontext(trainer.accelerator.unwrap_model(trainer.model))
+    from trl.models import unwrap_model_for_generation
+
+    return unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    )
+
+
 @dataclass
 class EnvRolloutFunc:
     """A TRL ``rollout_func`` that plays registered envs with the rollout engine.
@@ -126,7 +143,8 @@ class EnvRolloutFunc:
             puts them in (the paper's ablation).
         policy_factory: Builds the policy from ``(model, tokenizer, seed)``; default
             :class:`~agent_trainers.policies.TransformersPolicy` on the trainer's
-            model (pass one for vLLM, or a scripted policy in tests).
+            model, or TRL's vLLM engine when the trainer has ``use_vllm=True``
+            (:mod:`agent_trainers.algorithms.trl_vllm`); pass one for a scripted policy in tests.
         calls: Rollout calls made so far (saved in checkpoints).
     """
 
@@ -168,9 +186,13 @@ class EnvRolloutFunc:
             tasks.append(self._index[key])
         return tasks
 
-    def _policy(self, model: Any, tokenizer: Any) -> TokenPolicy:
+    def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
         if self.policy_factory is not None:
             return self.policy_factory(model, tokenizer, self.seed + self.calls)
+        if getattr(trainer, "use_vllm", False):  # TRL's vLLM engine (GRPOConfig use_vllm=True), experimental
+            from agent_trainers.algorithms.trl_vllm import trl_vllm_policy
+
+            return trl_vllm_policy(trainer, self.seed + self.calls)
         return TransformersPolicy(model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls)
 
     def play(
@@ -206,11 +228,11 @@ class EnvRolloutFunc:
         training = trainer.model.training
         group = trainer.num_generations if training else trainer.num_generations_eval
         tasks = self._tasks(prompts, group)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        model.eval()
+        config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
         try:
-            config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
-            trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class), config)
+            with _generation_model(trainer) as model:
+                model.eval()
+                trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class, trainer), config)
         finally:
             trainer.model.train(training)
         self.calls += 1

@@ -79,11 +79,14 @@ def _cmd_envs() -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from agent_trainers.pipeline.config import load_config
+    from agent_trainers.pipeline.processes import is_main_process
     from agent_trainers.pipeline.report import print_table
     from agent_trainers.pipeline.train import run_training
 
     config = load_config(args.config, _parse_set(args.set))
     result = run_training(config, resume=args.resume)
+    if not is_main_process():
+        return 0
     print_table(result.evals, title=f"{config.env.id}, {config.algorithm} ({config.output_dir})")
     if result.plot:
         print(f"plot: {result.plot}")

@@ -45,6 +45,7 @@ __all__ = [
     "SFTStageConfig",
     "ScaleRewards",
     "TrainConfig",
+    "VLLMMode",
     "config_from_dict",
     "load_config",
 ]
@@ -69,6 +70,17 @@ class ScaleRewards(StrEnum):
     GROUP = "group"
     BATCH = "batch"
     NONE = "none"
+
+
+class VLLMMode(StrEnum):
+    """Where RL rollouts are generated (TRL's ``use_vllm`` / ``vllm_mode``; vLLM is experimental here)."""
+
+    NONE = "none"
+    """With the trained model itself (transformers ``generate``)."""
+    COLOCATE = "colocate"
+    """With a vLLM engine inside each training process (extra ``vllm``, GPUs)."""
+    SERVER = "server"
+    """With a ``trl vllm-serve`` server at ``rl.vllm_server_url`` (its own GPUs)."""
 
 
 class ModelConfig(_Section):
@@ -139,6 +151,10 @@ class RLConfig(_Section):
     token (the paper's ablation). The other algorithms have no per-token value to bootstrap."""
     save_steps: int = Field(default=4, ge=1)
     """Checkpoint every N steps (and at the end)."""
+    vllm: VLLMMode = VLLMMode.NONE
+    """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
+    vllm_server_url: str = "http://127.0.0.1:8000"
+    """The ``trl vllm-serve`` server (``vllm: server``)."""
 
 
 class EvalConfig(_Section):

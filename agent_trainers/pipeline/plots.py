@@ -15,14 +15,17 @@ class MetricsLog:
 
     Args:
         path: The ``.jsonl`` file (parent folders are created).
+        enabled: False drops every record (the non-zero ranks of a multi-process run).
     """
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, *, enabled: bool = True):
+        self.path, self.enabled = Path(path), enabled
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append ``record`` (values must be JSON-serialisable)."""
+        if not self.enabled:
+            return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(dict(record), sort_keys=True) + "\n")
 

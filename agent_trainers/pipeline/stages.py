@@ -33,6 +33,7 @@ from agent_trainers.algorithms.advantages import Algorithm
 from agent_trainers.algorithms.evaluate import EvalResult, summarize
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
+from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 from agent_trainers.rollout.export import trajectory_from_dict
@@ -169,9 +170,10 @@ def run_sft_stage(state: RunState) -> None:
     for record in trainer.state.log_history:
         numeric = {k: float(v) for k, v in record.items() if isinstance(v, int | float)}
         state.log.write({**numeric, "stage": "sft", "step": int(record.get("step", 0))})
-    state.model.save_pretrained(sft_dir)
-    state.tokenizer.save_pretrained(sft_dir)
-    (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
+    if is_main_process():
+        state.model.save_pretrained(sft_dir)
+        state.tokenizer.save_pretrained(sft_dir)
+        (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
     state.sft_ran = True
 
 
@@ -193,6 +195,14 @@ class _RLCallback(TrainerCallback):
         if every and state.global_step % every == 0 and state.global_step < state.max_steps:
             step = int(state.global_step)
             self.state.evaluate(f"rl_step_{step}", step, model=self.trainer.model)
+
+
+def vllm_args(rl: Any) -> dict[str, Any]:
+    """``GRPOConfig`` fields for ``rl.vllm`` (nothing for ``none``)."""
+    mode = str(rl.vllm)
+    if mode == "none":
+        return {}
+    return {"use_vllm": True, "vllm_mode": mode, "vllm_server_base_url": rl.vllm_server_url}
 
 
 def run_trl_rl_stage(state: RunState) -> None:
@@ -227,6 +237,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         save_steps=r.save_steps,
         seed=c.seed,
         max_completion_length=c.rollout.max_total_tokens,
+        **vllm_args(r),
     )
     trainer = AgentGRPOTrainer(
         model=state.model,
@@ -301,6 +312,8 @@ def run_final_stage(state: RunState) -> None:
     """Evaluate the final model and save it with its tokenizer under ``final/``."""
     c = state.config
     state.evaluate("final", c.rl.steps if c.rl.enabled else 0)
+    if not is_main_process():
+        return
     state.model.save_pretrained(state.out / "final")
     state.tokenizer.save_pretrained(state.out / "final")
     (state.out / "final" / "agent_r1.json").write_text(json.dumps({"algorithm": str(c.algorithm)}) + "\n")

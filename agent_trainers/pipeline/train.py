@@ -27,6 +27,7 @@ from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
 from agent_trainers.algorithms.evaluate import EvalResult
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
+from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.pipeline.stages import STAGES, RunState
 from agent_trainers.policies.loader import load_model
 
@@ -85,17 +86,18 @@ def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequen
     Returns:
         The evaluations, output folder and plot path.
     """
-    out = Path(config.output_dir)
+    out, main = Path(config.output_dir), is_main_process()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    if main:
+        (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
     if config.threads:
         torch.set_num_threads(config.threads)
     model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
-    state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl"), resume=resume)
+    state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
     state.callbacks = list(callbacks)
     state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None
     for stage in STAGES:
         if stage.enabled(state):
             stage.run(state)
-    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out))
+    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)

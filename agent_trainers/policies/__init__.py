@@ -4,7 +4,7 @@
   :class:`SessionPolicy` / :class:`ChatPolicy` protocols and the stop rules (:mod:`.sampling`);
 * :class:`TransformersPolicy` (any ``transformers`` causal LM; per-episode KV
   caches across turns, :mod:`.kv_cache`), :class:`VLLMPolicy`
-  (experimental, GPU), :class:`OpenAIPolicy` (any OpenAI-compatible server,
+  and :class:`VLLMServerPolicy` (experimental, GPU), :class:`OpenAIPolicy` (any OpenAI-compatible server,
   evaluation only), :class:`ScriptedPolicy` (tests, scripted baselines);
 * :func:`load_model` / :func:`load_tokenizer`: ``smollm2``, ``tiny-random``, a
   folder or a Hugging Face id, with chat template, padding, dtype and device set.
@@ -39,7 +39,7 @@ from agent_trainers.policies.sampling import (
 )
 from agent_trainers.policies.scripted import ScriptedPolicy
 from agent_trainers.policies.transformers_policy import TransformersPolicy
-from agent_trainers.policies.vllm_policy import VLLMPolicy
+from agent_trainers.policies.vllm_policy import VLLMPolicy, VLLMServerPolicy
 
 __all__ = [
     "MODEL_NAMES",
@@ -55,6 +55,7 @@ __all__ = [
     "TokenPolicy",
     "TransformersPolicy",
     "VLLMPolicy",
+    "VLLMServerPolicy",
     "cache_root",
     "cut_at_stop",
     "end_of_turn_id",

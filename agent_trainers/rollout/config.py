@@ -42,6 +42,9 @@ class RolloutConfig:
     render_tools: bool = False
     """Pass ``info["tools"]`` to the chat template as ``tools=``. Off by default: a ToolEnv's
     system prompt already lists its tools, and listing them twice wastes context."""
+    env_actors: int = 0
+    """Run the envs in this many Ray actors (``agent_trainers.rollout.ray_pool``, extra ``ray``; one pool
+    per process, started on first use); 0 keeps them in this process."""
 
     def __post_init__(self) -> None:
         if self.max_turns is not None and self.max_turns < 1:
@@ -49,6 +52,8 @@ class RolloutConfig:
         for name in ("max_total_tokens", "tool_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.env_actors < 0:
+            raise ValueError(f"env_actors must be >= 0 (got {self.env_actors})")
         if self.max_new_tokens_per_turn >= self.max_total_tokens:
             raise ValueError(
                 "max_total_tokens must exceed max_new_tokens_per_turn "

@@ -157,6 +157,7 @@ def rollout(
     config: RolloutConfig | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
     progress: bool | RolloutProgress = False,
+    make_env: Callable[..., Any] | None = None,
 ) -> list[Trajectory]:
     """Play ``len(task_indices) * group_size`` episodes of ``env_id`` with ``policy``.
 
@@ -173,6 +174,9 @@ def rollout(
         on_episode_end: Called with each trajectory as soon as it ends.
         progress: Show a progress bar (episode-turns, model tokens/s, ETA; see
             :class:`~agent_trainers.rollout.progress.RolloutProgress`), or update the one given.
+        make_env: Builds each env as ``make_env(env_id, **kwargs)`` instead of ``gymnasium.make``
+            (e.g. :meth:`agent_trainers.rollout.ray_pool.RayEnvPool.make`: envs in Ray actors); by
+            default ``config.env_actors > 0`` uses the process's shared pool of that many actors.
 
     Returns:
         Trajectories ordered task by task, group members adjacent.
@@ -184,10 +188,17 @@ def rollout(
     if not token_mode and not isinstance(policy, ChatPolicy):
         raise TypeError(f"policy must have generate(prompts, params) or generate_chat(...) (got {type(policy)})")
     chat = ChatTokenizer(policy.tokenizer) if token_mode else None
-    episodes = _make_episodes(chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg)
+    if make_env is None and cfg.env_actors:
+        from agent_trainers.rollout.ray_pool import shared_pool
+
+        make_env = shared_pool(cfg.env_actors).make
+    episodes = _make_episodes(
+        chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg, make_env or gym.make
+    )
     bar = progress
     if progress is True:
-        bar = RolloutProgress(len(episodes), episodes[0].env.spec.max_episode_steps if episodes else None)
+        spec = getattr(episodes[0].env, "spec", None) if episodes else None
+        bar = RolloutProgress(len(episodes), spec.max_episode_steps if spec is not None else None)
     done = _Notifier(episodes, on_episode_end, bar if isinstance(bar, RolloutProgress) else None)
     try:
         if token_mode:
@@ -238,13 +249,14 @@ def _make_episodes(
     seed: int,
     kwargs: dict[str, Any],
     cfg: RolloutConfig,
+    make_env: Callable[..., Any],
 ) -> list[_Episode]:
     make_kwargs = dict(kwargs) | ({"max_episode_steps": cfg.max_turns} if cfg.max_turns is not None else {})
     episodes = []
     for p, index in enumerate(task_indices):
         for g in range(group_size):
             ep_seed = seed + p if cfg.same_noise_in_group else seed + p * group_size + g
-            env = gym.make(env_id, **make_kwargs)
+            env = make_env(env_id, **make_kwargs)
             traj = Trajectory(env_id, dict(kwargs), ep_seed, "", int(index), p)
             _obs, info = env.reset(seed=ep_seed, options={"task_index": int(index)})
             traj.tools = list(info.get("tools", [])) if cfg.render_tools else []

@@ -1,0 +1,288 @@
+"""One short check for a lent GPU machine: rollout tokens/s, one GRPO and one PPO step, as a table.
+
+No weights and no internet are needed: the model is a Qwen2.5-3B-shaped
+``Qwen2ForCausalLM`` built from its configuration with random weights (bf16
+on a GPU), and the tokenizer is a byte-level BPE trained here, in about a
+second, on the embedded HotpotQA sample, with the ChatML tokens and our tool
+template. A random model never stops on its own, so every turn runs to
+``max_new_tokens`` and the token counts are the workload's upper bound.
+
+Rows (each with its wall time and peak memory: the CUDA allocator's peak on a
+GPU, the process's peak RSS on a CPU):
+
+* ``rollout``: :func:`agent_trainers.rollout.rollout` with
+  :class:`~agent_trainers.policies.TransformersPolicy` on ``AgentR1/HotpotQA-v0``
+  (``episodes`` episodes of up to ``turns`` turns): model tokens per second;
+* ``grpo step``: one :class:`~agent_trainers.algorithms.AgentGRPOTrainer` step
+  (TRL) on ``episodes / group`` tasks x ``group`` rollouts, split into rollout and update;
+* ``ppo step``: one step of our PPO trainer, when this checkout has it
+  (``PPO: not available in this checkout`` otherwise).
+
+Run it through ``scripts/gpu_check.sh`` (which installs carried wheels first),
+or ``python scripts/gpu_check.py --tiny`` on any CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib.util
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout, no install needed
+
+QWEN25_3B = {
+    "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1e6,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+}  # fmt: skip
+"""Qwen2.5-3B's shape (3.09 B parameters)."""
+TINY = QWEN25_3B | {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+"""The same family at toy size (its vocabulary is cut to the tokenizer's, else the logits dominate on a CPU)."""
+ENV_ID = "AgentR1/HotpotQA-v0"
+
+
+@dataclass
+class Args:
+    """Settings (each is also a ``--flag``)."""
+
+    tiny: bool = False
+    """A 2-layer, 64-wide model of the same family and a small workload: a CPU runs it in about a minute."""
+    device: str = "auto"
+    """``auto`` (the GPU when there is one), ``cuda`` or ``cpu``."""
+    episodes: int = 16
+    """Episodes of the rollout row; also the batch of the GRPO and PPO steps."""
+    group: int = 4
+    """Rollouts per task (GRPO's ``num_generations``)."""
+    turns: int = 3
+    """Turn limit of an episode."""
+    max_new_tokens: int = 64
+    """Tokens per turn."""
+    max_total_tokens: int = 4096
+    """Token budget of an episode."""
+    vocab: int = 4096
+    """Size of the BPE vocabulary trained here (the model's embedding keeps Qwen's 151,936 rows)."""
+    seed: int = 0
+    """Seed of the weights, the tokenizer's training order, sampling and resets."""
+
+    def __post_init__(self) -> None:
+        if self.tiny:
+            self.episodes, self.group, self.turns, self.max_new_tokens = 4, 2, 2, 8
+        if self.episodes % self.group:
+            raise ValueError(f"episodes must be divisible by group (got {self.episodes} and {self.group})")
+
+
+def scratch_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on the embedded HotpotQA sample, with ChatML tokens and our tool template."""
+    import json
+
+    from tokenizers import ByteLevelBPETokenizer
+
+    from agent_trainers.policies.loader import prepare_tokenizer
+
+    data = json.loads(
+        (Path(__file__).resolve().parents[1] / "agent_gym/data/hotpotqa_original_sample.json").read_text()
+    )
+    texts = [r["question"] for r in data] + [" ".join(s) for r in data for _, s in r["context"]]
+    bpe = ByteLevelBPETokenizer()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    bpe.train_from_iterator(texts * 2, vocab_size=vocab, special_tokens=specials, show_progress=False)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    return prepare_tokenizer(tok)
+
+
+def build_model(args: Args, device: torch.device, vocab: int) -> Any:
+    """The Qwen2.5-3B-shaped model (or its tiny sibling), randomly initialised on ``device`` (bf16 on a GPU)."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    shape = TINY | {"vocab_size": vocab} if args.tiny else QWEN25_3B
+    config = Qwen2Config(**shape, eos_token_id=2, pad_token_id=2)
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval()
+    return model
+
+
+class Peak:
+    """Peak memory over a block: CUDA's allocator on a GPU, the process's max RSS on a CPU (never reset)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self) -> Peak:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def gib(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated() / 2**30
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _rollout_config(args: Args) -> Any:
+    from agent_trainers.rollout import RolloutConfig
+
+    return RolloutConfig(max_turns=args.turns, max_new_tokens_per_turn=args.max_new_tokens,
+                         max_total_tokens=args.max_total_tokens, temperature=1.0)  # fmt: skip
+
+
+def rollout_row(args: Args, model: Any, tok: Any, device: torch.device) -> dict[str, Any]:
+    """Engine tokens/s on ``episodes`` HotpotQA episodes."""
+    from agent_trainers.policies import TransformersPolicy
+    from agent_trainers.rollout import check_trajectory, rollout
+
+    policy = TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed)
+    tasks = range(args.episodes // args.group)
+    with Peak(device) as peak:
+        start = time.perf_counter()
+        trajs = rollout(policy, ENV_ID, task_indices=tasks, group_size=args.group, seed=args.seed,
+                        config=_rollout_config(args))  # fmt: skip
+        wall = time.perf_counter() - start
+    for t in trajs:
+        check_trajectory(t, tok)
+    tokens = sum(sum(t.loss_mask) for t in trajs)
+    turns = sum(len(t.turns) for t in trajs)
+    longest = max(len(t.prompt_ids) + len(t.completion_ids) for t in trajs)
+    note = f"{len(trajs)} episodes, {turns} turns, {tokens} model tokens, longest {longest} tokens"
+    return {"row": "rollout", "seconds": wall, "rate": f"{tokens / wall:,.0f} tok/s", "peak": peak.gib(), "note": note}
+
+
+def _timed_rollout_func(rows: list[dict[str, Any]], args: Args, **kwargs: Any) -> Any:
+    """An :class:`EnvRolloutFunc` that adds up the time spent playing (``.play_s``)."""
+    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
+
+    class Timed(EnvRolloutFunc):
+        play_s = 0.0
+
+        def play(self, *a: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super().play(*a, **kw)
+            finally:
+                self.play_s += time.perf_counter() - start
+
+    return Timed(rows, config=_rollout_config(args), seed=args.seed, batch_size=args.episodes, **kwargs)
+
+
+def grpo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -> dict[str, Any]:
+    """One AgentGRPOTrainer step: rollout, then TRL's loss, backward and optimizer step."""
+    from datasets import Dataset
+
+    from agent_trainers.algorithms import AgentGRPOTrainer, env_reward, grpo_dataset_rows, make_grpo_config
+
+    rows = grpo_dataset_rows(ENV_ID, range(args.episodes // args.group))
+    fn = _timed_rollout_func(rows, args)
+    config = make_grpo_config(
+        device=device.type, output_dir=str(out / "grpo"), max_steps=1, per_device_train_batch_size=args.episodes,
+        num_generations=args.group, max_completion_length=args.max_total_tokens, learning_rate=1e-6,
+        gradient_checkpointing=not args.tiny, seed=args.seed, temperature=1.0,
+    )  # fmt: skip
+    trainer = AgentGRPOTrainer(model=model, reward_funcs=[env_reward], args=config, processing_class=tok,
+                               train_dataset=Dataset.from_list(rows), rollout_func=fn, algorithm="grpo",
+                               advantage="turn")  # fmt: skip
+    with Peak(device) as peak:
+        start = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - start
+    del trainer
+    return _step_row("grpo step (TRL)", wall, fn.play_s, peak.gib())
+
+
+def _step_row(name: str, wall: float, play_s: float, peak: float) -> dict[str, Any]:
+    note = f"rollout {play_s:.1f} s + update {wall - play_s:.1f} s"
+    return {"row": name, "seconds": wall, "rate": f"{1 / wall:.3f} steps/s", "peak": peak, "note": note}
+
+
+def ppo_available() -> bool:
+    """This checkout has our PPO (``algorithm: ppo`` and its trainer module)."""
+    from agent_trainers.algorithms import Algorithm
+
+    has_enum = "ppo" in {a.value for a in Algorithm}
+    return has_enum and importlib.util.find_spec("agent_trainers.algorithms.ppo") is not None
+
+
+def ppo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -> dict[str, Any]:
+    """One step of our PPO trainer (rollout, scoring, GAE, one epoch of updates) on the same batch size."""
+    from agent_trainers.algorithms.ppo import PPOTrainer
+    from agent_trainers.algorithms.ppo_config import PPOArgs
+    from agent_trainers.algorithms.rollout_func import grpo_dataset_rows
+
+    rows = grpo_dataset_rows(ENV_ID, range(args.episodes // args.group))
+    fn = _timed_rollout_func(rows, args)
+    ppo_args = PPOArgs(steps=1, num_generations=args.group, prompts_per_step=args.episodes // args.group,
+                       device=device.type, learning_rate=1e-6, update_epochs=1, num_minibatches=1,
+                       micro_batch_size=min(args.episodes, 4), save_steps=1, seed=args.seed)  # fmt: skip
+    trainer = PPOTrainer(model, tok, fn, ppo_args, output_dir=out / "ppo")
+    with Peak(device) as peak:
+        start = time.perf_counter()
+        trainer.step()  # rollout, scoring, GAE, update; train() would also write a checkpoint
+        wall = time.perf_counter() - start
+    del trainer
+    return _step_row("ppo step (ours)", wall, fn.play_s, peak.gib())
+
+
+def print_table(rows: list[dict[str, Any]], title: str) -> None:
+    print(f"\n{title}")
+    print(f"{'row':<17} {'seconds':>8} {'rate':>14} {'peak GiB':>9}  note")
+    for r in rows:
+        print(f"{r['row']:<17} {r['seconds']:>8.2f} {r['rate']:>14} {r['peak']:>9.2f}  {r['note']}")
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def main(args: Args) -> None:
+    from agent_trainers.policies import resolve_device
+
+    device = resolve_device(args.device)
+    torch.set_num_threads(1 if device.type == "cpu" else torch.get_num_threads())
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    tok = scratch_tokenizer(args.vocab)
+    model = build_model(args, device, len(tok))
+    params = sum(p.numel() for p in model.parameters()) / 1e9
+    title = (f"gpu_check on {name}: {'tiny' if args.tiny else 'Qwen2.5-3B-shaped'} model, {params:.2f} B params, "
+             f"{model.dtype}; {args.episodes} episodes x {args.turns} turns x {args.max_new_tokens} new tokens; "
+             f"torch {torch.__version__}")  # fmt: skip
+    rows = [rollout_row(args, model, tok, device)]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows.append(grpo_row(args, model, tok, device, Path(tmp)))
+        _free(device)
+        if ppo_available():
+            rows.append(ppo_row(args, model, tok, device, Path(tmp)))
+        else:
+            print("PPO: not available in this checkout")
+    print_table(rows, title)
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in dataclasses.fields(Args):
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.name)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    return Args(**vars(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main(parse_args())

@@ -1,0 +1,46 @@
+"""The config keys of scaling out: rl.vllm / rl.vllm_server_url and rollout.env_actors."""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset
+
+from agent_trainers.algorithms.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_args import make_grpo_config
+from agent_trainers.pipeline.config import VLLMMode, load_config
+from agent_trainers.pipeline.stages import vllm_args
+from agent_trainers.policies import tiny_random_model
+from tests.agent_trainers.conftest import LOOKUP_ID
+
+
+def test_rl_vllm_becomes_trls_vllm_fields():
+    server = load_config("configs/tiny.yaml", {"rl.vllm": "server", "rl.vllm_server_url": "http://10.0.0.2:8000"})
+    assert server.rl.vllm is VLLMMode.SERVER
+    assert vllm_args(server.rl) == {
+        "use_vllm": True,
+        "vllm_mode": "server",
+        "vllm_server_base_url": "http://10.0.0.2:8000",
+    }
+    assert vllm_args(load_config("configs/tiny.yaml", {"rl.vllm": "colocate"}).rl)["vllm_mode"] == "colocate"
+    assert vllm_args(load_config("configs/tiny.yaml", {}).rl) == {}
+    with pytest.raises(ValueError, match="'none', 'colocate' or 'server'"):
+        load_config("configs/tiny.yaml", {"rl.vllm": "gpu"})
+
+
+def test_without_vllm_trl_refuses_use_vllm_at_once(tmp_path):
+    model, tok = tiny_random_model()
+    rows = grpo_dataset_rows(LOOKUP_ID, range(2))
+    rl = load_config("configs/tiny.yaml", {"rl.vllm": "colocate"}).rl
+    args = make_grpo_config(device="cpu", output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                            **vllm_args(rl))  # fmt: skip
+    with pytest.raises(ImportError, match="vLLM is not available"):
+        AgentGRPOTrainer(model=model, reward_funcs=[env_reward], args=args, processing_class=tok,
+                         train_dataset=Dataset.from_list(rows), rollout_func=EnvRolloutFunc(rows))  # fmt: skip
+
+
+def test_rollout_env_actors_is_a_rollout_setting():
+    assert load_config("configs/tiny.yaml", {"rollout.env_actors": "2"}).rollout.env_actors == 2
+    assert load_config("configs/tiny.yaml", {}).rollout.env_actors == 0
+    with pytest.raises(ValueError, match="env_actors must be >= 0"):
+        load_config("configs/tiny.yaml", {"rollout.env_actors": "-1"})

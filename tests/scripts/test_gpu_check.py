@@ -1,0 +1,59 @@
+"""scripts/gpu_check.{sh,py}: the 3B shape, the scratch tokenizer, and a --tiny run on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up there
+_spec.loader.exec_module(gpu_check)
+
+
+def test_the_model_has_qwen25_3b_s_parameter_count():
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**gpu_check.QWEN25_3B))
+    assert sum(p.numel() for p in model.parameters()) == 3_085_938_688  # "3.09 B" on Qwen2.5-3B's model card
+
+
+def test_the_scratch_tokenizer_speaks_chatml_and_keeps_special_tokens_whole():
+    tok = gpu_check.scratch_tokenizer(1024)
+    text = tok.apply_chat_template([{"role": "user", "content": "Who founded Apple?"}], tokenize=False,
+                                   add_generation_prompt=True)  # fmt: skip
+    assert text == "<|im_start|>user\nWho founded Apple?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 2 and tok.decode(ids) == text
+    assert tok.eos_token == tok.pad_token == "<|im_end|>" and len(tok) <= 1024
+
+
+def test_args_and_flags():
+    args = gpu_check.parse_args(["--tiny"])
+    assert args.tiny and (args.episodes, args.group, args.turns, args.max_new_tokens) == (4, 2, 2, 8)
+    assert not gpu_check.parse_args([]).tiny
+    with pytest.raises(ValueError, match="divisible by group"):
+        gpu_check.Args(episodes=6, group=4)
+
+
+@pytest.mark.slow
+def test_tiny_run_prints_the_table():
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout[done.stdout.index("gpu_check on CPU") :].splitlines()
+    assert table[1].split() == ["row", "seconds", "rate", "peak", "GiB", "note"]
+    assert table[2].startswith("rollout") and "4 episodes, 8 turns, 64 model tokens" in table[2]
+    assert table[3].startswith("grpo step (TRL)")
+    if gpu_check.ppo_available():
+        assert table[4].startswith("ppo step (ours)")
+    else:
+        assert "PPO: not available in this checkout" in done.stdout
