@@ -182,7 +182,10 @@ def run_algorithm(args: Args, algorithm: str, progress: Any = None) -> dict[str,
             if progress is not None:
                 progress.put(1)
 
+    import psutil  # a dependency of accelerate
+
     shutil.rmtree(Path(args.out) / algorithm, ignore_errors=True)
+    rss_start_mb = psutil.Process().memory_info().rss / 2**20  # libraries imported, no model yet
     result = run_training(config_from_dict(_config(args, algorithm)), callbacks=[Progress()])
     rows = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["stage"] == "rl" and "step_time" in r]
@@ -195,6 +198,7 @@ def run_algorithm(args: Args, algorithm: str, progress: Any = None) -> dict[str,
         "eval_after": evals["final"],
         "s_per_step": sum(r["step_time"] for r in steps) / len(steps),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_start_mb": rss_start_mb,
     }
 
 
@@ -238,7 +242,7 @@ def report(results: list[dict[str, Any]], args: Args, wall: float) -> None:
     ref = next(r for r in results if r["algorithm"] == "grpo")
     table = Table(title=f"{ENV_ID}: {args.steps} RL steps x {args.num_generations * args.prompts_per_step} episodes")
     for name in ("algorithm", "step 1", "last", "first 3", "last 3", "eval before>after", "s/step", "peak RSS MB",
-                 "s/step vs GRPO", "RSS vs GRPO"):  # fmt: skip
+                 "over start MB", "s/step vs GRPO", "RSS vs GRPO"):  # fmt: skip
         table.add_column(name, justify="left" if name == "algorithm" else "right")
     before = ref["eval_before"]
     for r in results:
@@ -246,12 +250,14 @@ def report(results: list[dict[str, Any]], args: Args, wall: float) -> None:
         table.add_row(
             r["algorithm"], f"{rw[0]:.3f}", f"{rw[-1]:.3f}", f"{_mean(rw[:3]):.3f}", f"{_mean(rw[-3:]):.3f}",
             f"{before:.3f} > {r['eval_after']:.3f}", f"{r['s_per_step']:.2f}", f"{r['peak_rss_mb']:.0f}",
+            f"{r['peak_rss_mb'] - r['rss_start_mb']:.0f}",
             f"{r['s_per_step'] / ref['s_per_step']:.2f}x", f"{r['peak_rss_mb'] / ref['peak_rss_mb']:.2f}x",
         )  # fmt: skip
-    Console().print(table)
+    Console(width=200).print(table)
     cpu = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     used = sum(u.ru_utime + u.ru_stime for u in cpu)
     print(f"reward: mean env reward per episode (1 = the paying arm; a uniform chooser earns 0.25); "
+          f"peak RSS: the process's high-water mark; over start: that minus its RSS before the model was loaded; "
           f"wall {wall:.0f} s, CPU {used:.0f} s (all processes)")  # fmt: skip
 
 
