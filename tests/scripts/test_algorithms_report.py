@@ -27,7 +27,10 @@ def record(i, em, reward):
 def write_run(folder, rewards, times):
     folder.mkdir(parents=True)
     rows = [{"stage": "eval", "phase": "final", "step": len(rewards), "reward": 9.0}]  # not a train step
-    rows += [{"stage": "rl", "step": s, "reward": r, "step_time": t} for s, (r, t) in enumerate(zip(rewards, times), 1)]
+    rows += [
+        {"stage": "rl", "step": s, "reward": r, "step_time": t}
+        for s, (r, t) in enumerate(zip(rewards, times, strict=True), 1)
+    ]
     rows.append({"stage": "rl", "step": len(rewards), "train_runtime": 5.0})  # TRL's closing record: no reward
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
