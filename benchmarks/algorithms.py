@@ -58,6 +58,14 @@ class Args:
     """RL learning rate (the policy's; PPO's critic uses ``critic_learning_rate``)."""
     critic_learning_rate: float = 1e-2
     """PPO's value head learning rate."""
+    ppo_update_epochs: int = 1
+    """PPO's passes over each step's episodes. With 1 (and one minibatch) PPO takes one optimizer step per
+    RL step, as the TRL-based algorithms do; 2 epochs x 2 minibatches at lr 5e-3 overshot on this task
+    (approx. KL 0.28 after the first step, the mean reward fell to 0)."""
+    ppo_num_minibatches: int = 1
+    """PPO's optimizer steps per pass."""
+    ppo_critic: str = "value_head"
+    """PPO's critic: ``value_head`` (on the policy's backbone) or ``separate`` (its own copy of the backbone)."""
     temperature: float = 0.7
     """Sampling temperature of training rollouts."""
     warmup_steps: int = 150
@@ -164,7 +172,8 @@ def _config(args: Args, algorithm: str) -> dict[str, Any]:
         "rl": {"steps": args.steps, "num_generations": args.num_generations, "prompts_per_step": args.prompts_per_step,
                "learning_rate": args.learning_rate, "advantage": "turn", "save_steps": 10_000},
         "eval": {"tasks": args.eval_tasks, "every": 0, "before": algorithm == "grpo"},
-        "ppo": {"update_epochs": 2, "num_minibatches": 2, "micro_batch_size": 8,
+        "ppo": {"critic": args.ppo_critic, "update_epochs": args.ppo_update_epochs,
+                "num_minibatches": args.ppo_num_minibatches, "micro_batch_size": 8,
                 "critic_learning_rate": args.critic_learning_rate},
     }  # fmt: skip
 

@@ -90,7 +90,8 @@ def plot(runs: dict[str, tuple[Path, Run]], path: Path, title: str) -> None:
     for name, (folder, _) in runs.items():
         steps, rewards = zip(*train_rewards(folder), strict=True)
         ax.plot(steps, rewards, marker="o", label=name)
-    ax.set_xlabel("RL step")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("RL step (each step plays its own task)")
     ax.set_ylabel("mean train episode reward")
     ax.set_title(title)
     ax.grid(alpha=0.3)
