@@ -102,10 +102,11 @@ def test_outcome_grpo_with_gamma_1_equals_trls_own_advantages(tmp_path):
         assert torch.all(ours["advantages"][b, n:] == 0)
 
 
-def test_loss_mask_switch_changes_exactly_the_mask(tmp_path):
+@pytest.mark.parametrize("algorithm", sorted(ESTIMATORS))
+def test_loss_mask_switch_changes_exactly_the_mask(tmp_path, algorithm):
     outs = {}
     for on in (True, False):
-        trainer = make_trainer(tmp_path / str(on), "grpo", "turn", scripted, loss_mask=on)
+        trainer = make_trainer(tmp_path / str(on), algorithm, "turn", scripted, loss_mask=on)
         trainer.model.train()
         inputs = inputs_for(trainer, [1])
         outs[on] = (trainer._generate_and_score_completions(inputs), [r["trajectory"] for r in inputs])
