@@ -8,7 +8,7 @@
 #   ALGOS="grpo ppo" STEPS=3 bash scripts/compare_algorithms.sh
 #
 # Settings (environment variables): OUT (runs/calc), ALGOS, STEPS (RL steps, 3), GENS (episodes per
-# step, 4), EVAL_TASKS (16). On a shared 2-core box run it through /work/wt/heavy.
+# step, 4), EVAL_TASKS (16). It runs for about 50 minutes on 2 CPU cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/calc}
