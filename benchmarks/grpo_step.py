@@ -79,8 +79,8 @@ class Args:
     """Tokens per model turn, both paths."""
     completion_budget: int = 512
     """Completion tokens (model + tool tokens) per episode, both paths."""
-    micro_batch: int = 1
-    """Ours: rollouts per forward/backward (must divide ``num_generations``)."""
+    micro_batch: int = 4
+    """Ours: rollouts per forward/backward (must divide ``num_generations``; a whole group runs its prompt once)."""
     reference_micro_batches: str = "0,1"
     """TRL's layouts to measure: 0 is TRL's default (the group in one forward); others as ``micro_batch``."""
     warmup: int = 1
@@ -303,7 +303,9 @@ def _subprocess(args: Args, model: str, path: str, layout: int) -> dict[str, Any
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode or not lines:
         sys.exit(f"{path} run on {model} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    result = json.loads(lines[-1][len("RESULT ") :])
+    print("  " + _row(f"{path} ({layout or args.num_generations})", result), flush=True)
+    return result
 
 
 def _row(label: str, res: dict[str, Any]) -> str:
