@@ -19,10 +19,13 @@ so tokens per step and tokens/s are reported next to seconds per step.
 * ours  - :class:`agent_trainers.algorithms.AgentGRPOTrainer` with
   :class:`~agent_trainers.algorithms.EnvRolloutFunc` (batched generation, per-episode
   KV caches across turns, concurrent env steps), forward/backward in micro-batches
-  of ``micro_batch`` rollouts (TRL's own gradient accumulation: ``per_device_train_batch_size
-  = micro_batch``, ``gradient_accumulation_steps = steps_per_generation = G / micro_batch``;
-  TRL scores log-probs with its fused, chunked LM head, so full-vocabulary logits
-  are never built in either path);
+  of ``micro_batch`` rollouts (default the whole group; TRL's own gradient accumulation:
+  ``per_device_train_batch_size = micro_batch``, ``gradient_accumulation_steps =
+  steps_per_generation = G / micro_batch``), log-probs by
+  :func:`~agent_trainers.algorithms.logprobs.shared_prompt_token_logprobs` (the
+  group's prompt run once, each completion up to its last model token, the LM head
+  on model tokens only; TRL scores with its fused, chunked LM head, so
+  full-vocabulary logits are never built in either path);
 * TRL's - ``GRPOTrainer(environment_factory=make_environment_factory(env_id))``
   with each layout in ``reference_micro_batches`` (0: TRL's default, the whole
   group in one forward).
