@@ -148,12 +148,14 @@ def shared_prompt_token_logprobs(
 
     Same arguments and results (see the module docstring). Models whose cache is
     not made of plain full-attention layers (:func:`~agent_trainers.policies.kv_cache.supports_kv_reuse`),
+    models training with gradient checkpointing (which runs without a cache),
     and batches with nothing scored, go through :func:`scored_token_logprobs`.
     """
     width = input_ids.shape[1]
     p = width - logits_to_keep
     where = scored.bool()
-    if p < 1 or not bool(where.any()) or not supports_kv_reuse(model):
+    checkpointed = model.training and getattr(model, "is_gradient_checkpointing", False)  # transformers drops caches
+    if p < 1 or not bool(where.any()) or checkpointed or not supports_kv_reuse(model):
         return scored_token_logprobs(
             model,
             input_ids,

@@ -123,3 +123,16 @@ def test_shared_prompts_with_nothing_scored_fall_back_to_the_single_pass(group):
     logps, entropy = shared_prompt_token_logprobs(model, ids, attention, C, torch.zeros(4, C, dtype=torch.long))
     assert seen == [P + C] and entropy is None
     assert torch.equal(logps, torch.zeros(4, C)) and logps.requires_grad  # still attached to the graph
+
+
+def test_shared_prompts_under_gradient_checkpointing_fall_back_to_the_single_pass(group):
+    model, _ = tiny_random_model(seed=1)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids, attention, scored = group
+    seen = tokens_run(model)
+    logps, _ = shared_prompt_token_logprobs(model, ids, attention, C, scored, temperature=T)
+    assert seen == [P + C]
+    with torch.no_grad():
+        want, _ = scored_token_logprobs(model, ids, attention, C, scored, temperature=T)
+    assert torch.allclose(logps, want, atol=1e-5)
