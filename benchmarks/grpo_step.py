@@ -19,10 +19,13 @@ so tokens per step and tokens/s are reported next to seconds per step.
 * ours  - :class:`agent_trainers.algorithms.AgentGRPOTrainer` with
   :class:`~agent_trainers.algorithms.EnvRolloutFunc` (batched generation, per-episode
   KV caches across turns, concurrent env steps), forward/backward in micro-batches
-  of ``micro_batch`` rollouts (TRL's own gradient accumulation: ``per_device_train_batch_size
-  = micro_batch``, ``gradient_accumulation_steps = steps_per_generation = G / micro_batch``;
-  TRL scores log-probs with its fused, chunked LM head, so full-vocabulary logits
-  are never built in either path);
+  of ``micro_batch`` rollouts (default the whole group; TRL's own gradient accumulation:
+  ``per_device_train_batch_size = micro_batch``, ``gradient_accumulation_steps =
+  steps_per_generation = G / micro_batch``), log-probs by
+  :func:`~agent_trainers.algorithms.logprobs.shared_prompt_token_logprobs` (the
+  group's prompt run once, each completion up to its last model token, the LM head
+  on model tokens only; TRL scores with its fused, chunked LM head, so
+  full-vocabulary logits are never built in either path);
 * TRL's - ``GRPOTrainer(environment_factory=make_environment_factory(env_id))``
   with each layout in ``reference_micro_batches`` (0: TRL's default, the whole
   group in one forward).
@@ -79,8 +82,8 @@ class Args:
     """Tokens per model turn, both paths."""
     completion_budget: int = 512
     """Completion tokens (model + tool tokens) per episode, both paths."""
-    micro_batch: int = 1
-    """Ours: rollouts per forward/backward (must divide ``num_generations``)."""
+    micro_batch: int = 4
+    """Ours: rollouts per forward/backward (must divide ``num_generations``; a whole group runs its prompt once)."""
     reference_micro_batches: str = "0,1"
     """TRL's layouts to measure: 0 is TRL's default (the group in one forward); others as ``micro_batch``."""
     warmup: int = 1
@@ -303,7 +306,9 @@ def _subprocess(args: Args, model: str, path: str, layout: int) -> dict[str, Any
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode or not lines:
         sys.exit(f"{path} run on {model} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    result = json.loads(lines[-1][len("RESULT ") :])
+    print("  " + _row(f"{path} ({layout or args.num_generations})", result), flush=True)
+    return result
 
 
 def _row(label: str, res: dict[str, Any]) -> str:

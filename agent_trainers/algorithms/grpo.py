@@ -30,10 +30,13 @@ the trainer checks it (:func:`check_groups_stay_local`), and group statistics
 process. Batch statistics (``reinforce_pp``'s whitening, ``scale_rewards:
 batch``) are taken over each process's batch, not the global one (a warning says so).
 
-Memory: the loss scores log-probs with :func:`~agent_trainers.algorithms.logprobs.scored_token_logprobs`
-(one forward over the whole sequences, the LM head in vocabulary chunks over the
-model's own tokens only) where the model allows it, else with TRL's fused LM head;
-full-vocabulary logits are never built for the batch. Train in micro-batches with
+Memory and time: the loss scores log-probs with
+:func:`~agent_trainers.algorithms.logprobs.shared_prompt_token_logprobs` (each
+distinct prompt of the micro-batch run once, each completion up to its last
+model token on top of it, the LM head in vocabulary chunks over the model's own
+tokens only) where the model allows it, else with TRL's fused LM head;
+full-vocabulary logits are never built for the batch. A micro-batch of a whole
+group (``micro_batch = G``) runs its shared prompt once. Train in micro-batches with
 TRL's own knobs (``per_device_train_batch_size`` below the group,
 ``gradient_accumulation_steps = steps_per_generation``; see
 :func:`~agent_trainers.algorithms.trl_args.micro_batch_args`).
@@ -53,7 +56,7 @@ from trl.trainer.utils import RepeatSampler, add_fused_lm_head
 
 from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
 from agent_trainers.algorithms.checkpoints import RolloutStateCallback
-from agent_trainers.algorithms.logprobs import scored_token_logprobs, supports_scored_logprobs
+from agent_trainers.algorithms.logprobs import shared_prompt_token_logprobs, supports_scored_logprobs
 from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
 from agent_trainers.algorithms.tensors import RewardBatch, reward_batch
 
@@ -219,7 +222,7 @@ class AgentGRPOTrainer(GRPOTrainer):
                 **multimodal,
             )
         with self.accelerator.autocast():
-            logps, entropies = scored_token_logprobs(
+            logps, entropies = shared_prompt_token_logprobs(
                 model,
                 input_ids,
                 attention_mask,

@@ -20,6 +20,16 @@ arithmetic per position, and it is then paid on the scored positions only.
 non-PEFT) ``transformers`` causal LM whose logits are a bare linear projection
 (no soft-capping or logit scaling) with ordinary tensor weights; otherwise the
 caller keeps TRL's path.
+
+:func:`shared_prompt_token_logprobs` gives the same numbers with less work when
+rows share a prompt (a GRPO group: ``G`` rollouts of one task). It runs the
+backbone over each distinct prompt once, keeping its keys and values with their
+gradients, then over each row's completion alone, up to its last scored token,
+on top of that prompt's keys and values: no prompt is run twice and no
+right-padding or trailing env tokens are run at all. Positions, masks and
+attention are those of the single pass (the prompt's keys are the same
+tensors), so log-probs agree to float rounding and gradients flow back into
+the prompt once per row that reads it.
 """
 
 from __future__ import annotations
@@ -28,10 +38,12 @@ from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 from trl.kernels import ChunkedLogProbFunction
 
-__all__ = ["VOCAB_CHUNK", "scored_token_logprobs", "supports_scored_logprobs"]
+from agent_trainers.policies.kv_cache import supports_kv_reuse
+
+__all__ = ["VOCAB_CHUNK", "scored_token_logprobs", "shared_prompt_token_logprobs", "supports_scored_logprobs"]
 
 VOCAB_CHUNK = 32768
 """Vocabulary entries per projection tile (TRL's chunk size)."""
@@ -87,13 +99,27 @@ def scored_token_logprobs(
     # the token at position t is predicted by the hidden state at t - 1
     hidden = hidden[:, width - logits_to_keep - 1 : width - 1]
     where = scored.bool()
+    return _project(
+        model, hidden[where], input_ids[:, width - logits_to_keep :][where], where, temperature, compute_entropy
+    )
+
+
+def _project(
+    model: PreTrainedModel,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    where: torch.Tensor,
+    temperature: float,
+    compute_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of ``targets`` from the ``(N, H)`` states before them, scattered to ``where``."""
     head = model.get_output_embeddings()
     outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
     logps, entropy, *_ = ChunkedLogProbFunction.apply(
-        hidden[where].to(head.weight.device),
+        hidden.to(head.weight.device),
         head.weight,
         head.bias,
-        input_ids[:, width - logits_to_keep :][where].to(head.weight.device),
+        targets.to(head.weight.device),
         temperature,
         VOCAB_CHUNK,
         None,
@@ -106,3 +132,82 @@ def scored_token_logprobs(
     if entropy is not None:
         entropy = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy)
     return logps, entropy
+
+
+def shared_prompt_token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    scored: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`scored_token_logprobs` with each distinct prompt run once and no completion padding run.
+
+    Same arguments and results (see the module docstring). Models whose cache is
+    not made of plain full-attention layers (:func:`~agent_trainers.policies.kv_cache.supports_kv_reuse`),
+    models training with gradient checkpointing (which runs without a cache),
+    and batches with nothing scored, go through :func:`scored_token_logprobs`.
+    """
+    width = input_ids.shape[1]
+    p = width - logits_to_keep
+    where = scored.bool()
+    checkpointed = model.training and getattr(model, "is_gradient_checkpointing", False)  # transformers drops caches
+    if p < 1 or not bool(where.any()) or checkpointed or not supports_kv_reuse(model):
+        return scored_token_logprobs(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            scored,
+            temperature=temperature,
+            compute_entropy=compute_entropy,
+        )
+    prompts: dict[tuple[tuple[int, ...], ...], _PromptStates] = {}
+    rows = []
+    for row in range(input_ids.shape[0]):
+        columns = where[row].nonzero()
+        if len(columns):
+            end = int(columns[-1]) + 1  # the states before completion tokens 0 .. end - 1 are needed
+            hidden = _row_states(model.base_model, input_ids[row], attention_mask[row], p, end, prompts)
+            rows.append(hidden[where[row, :end]])
+    return _project(model, torch.cat(rows), input_ids[:, p:][where], where, temperature, compute_entropy)
+
+
+_PromptStates = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
+"""A prompt's keys and values per layer, and its last hidden state ``(1, H)``."""
+
+
+def _row_states(
+    base: torch.nn.Module,
+    ids: torch.Tensor,
+    attention: torch.Tensor,
+    p: int,
+    end: int,
+    prompts: dict[tuple[tuple[int, ...], ...], _PromptStates],
+) -> torch.Tensor:
+    """The ``(end, H)`` hidden states before completion tokens ``0 .. end - 1`` of one row (prompt width ``p``).
+
+    The row's prompt is run (with its keys and values kept) the first time it
+    is met and taken from ``prompts`` afterwards; the completion tokens up to
+    ``end - 2`` are run after it, positions continuing from ``p``.
+    """
+    key = (tuple(ids[:p].tolist()), tuple(attention[:p].tolist()))
+    if key not in prompts:
+        out = base(input_ids=ids[None, :p], attention_mask=attention[None, :p], use_cache=True)
+        prompts[key] = (
+            [(layer.keys, layer.values) for layer in out.past_key_values.layers],
+            out.last_hidden_state[0, -1:],
+        )
+    layers, last = prompts[key]
+    if end == 1:
+        return last
+    out = base(
+        input_ids=ids[None, p : p + end - 1],
+        attention_mask=attention[None, : p + end - 1],
+        past_key_values=DynamicCache(ddp_cache_data=layers),  # a new cache: the prompt's tensors stay as they are
+        use_cache=True,
+    )
+    return torch.cat([last, out.last_hidden_state[0]])

@@ -13,10 +13,13 @@ calls, as one ``(1, heads, length, head_dim)`` pair of tensors per layer:
    with no entry whose prefixes are identical (a GRPO group's first turn) are
    computed once and share the tensors.
 2. :meth:`~EpisodeKVCache.stack` left-pads the entries to the batch width minus
-   one into a ``DynamicCache``; ``model.generate`` then feeds only the last prompt
-   token of each row. The padded slots are masked by the attention mask and
-   positions come from its cumulative sum, so a row sees exactly the positions
-   and keys it would see in a plain batched ``generate``.
+   one into a ``DynamicCache`` whose layers have room for the tokens to come
+   (:class:`GrowingLayer`: each decode step writes its keys and values in place
+   instead of copying the whole cache, as the stock layer's ``torch.cat`` does);
+   ``model.generate`` then feeds only the last prompt token of each row. The
+   padded slots are masked by the attention mask and positions come from its
+   cumulative sum, so a row sees exactly the positions and keys it would see in
+   a plain batched ``generate``.
 3. :meth:`~EpisodeKVCache.keep` cuts each row back out: the prompt and all but
    the last kept generated token (the last sampled token was never fed), which
    drops the padding and any tokens generated past a row's stop.
@@ -36,7 +39,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["CacheStats", "EpisodeKVCache", "supports_kv_reuse"]
+__all__ = ["CacheStats", "EpisodeKVCache", "GrowingLayer", "supports_kv_reuse"]
 
 KV = tuple[torch.Tensor, torch.Tensor]
 
@@ -48,6 +51,38 @@ def supports_kv_reuse(model: Any) -> bool:
         return False
     layers = DynamicCache(config=config).layers
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+class GrowingLayer(DynamicLayer):
+    """A full-attention cache layer in a buffer with room to grow: appending writes in place.
+
+    ``keys`` / ``values`` are always views of the first ``length`` positions of
+    the buffer, so attention sees exactly what a ``DynamicLayer`` would hold. An
+    append that does not fit, or a layer whose tensors were replaced (beam
+    reordering, batch selection), falls back to ``DynamicLayer``'s copy.
+
+    Args:
+        keys: ``(B, heads, capacity, head_dim)``: the buffer, its first ``length`` positions filled.
+        values: The matching values' buffer.
+        length: Positions already filled.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+        super().__init__()
+        self._k, self._v = keys, values
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> KV:
+        """Append ``key_states`` / ``value_states`` along the sequence and return the whole keys and values."""
+        length, n = self.keys.shape[-2], key_states.shape[-2]
+        in_buffer = self.keys.data_ptr() == self._k.data_ptr() and self.keys.shape[0] == self._k.shape[0]
+        if not in_buffer or length + n > self._k.shape[2]:
+            return super().update(key_states, value_states, *args, **kwargs)
+        self._k[:, :, length : length + n] = key_states
+        self._v[:, :, length : length + n] = value_states
+        self.keys, self.values = self._k[:, :, : length + n], self._v[:, :, : length + n]
+        return self.keys, self.values
 
 
 @dataclass
@@ -143,23 +178,29 @@ class EpisodeKVCache:
         entry.tokens = entry.tokens + new
         self.stats.prefilled += len(new)
 
-    def stack(self, sessions: Sequence[Hashable], width: int) -> DynamicCache:
-        """One left-padded ``DynamicCache`` of ``width - 1`` positions for a batch padded to ``width``."""
+    def stack(self, sessions: Sequence[Hashable], width: int, room: int = 0) -> DynamicCache:
+        """One left-padded ``DynamicCache`` of ``width - 1`` positions for a batch padded to ``width``.
+
+        Its layers are :class:`GrowingLayer` buffers with ``room`` more positions
+        (the tokens ``generate`` will feed).
+        """
         entries = [self.entries[key] for key in sessions]
         if width <= 1 or not any(e.layers for e in entries):
             return DynamicCache()
         ref = next(e.layers for e in entries if e.layers)
-        data = []
+        layers = []
         for i, (k_ref, v_ref) in enumerate(ref):
-            keys = k_ref.new_zeros((len(entries), k_ref.shape[1], width - 1, k_ref.shape[3]))
-            values = v_ref.new_zeros((len(entries), v_ref.shape[1], width - 1, v_ref.shape[3]))
+            keys = k_ref.new_zeros((len(entries), k_ref.shape[1], width - 1 + room, k_ref.shape[3]))
+            values = v_ref.new_zeros((len(entries), v_ref.shape[1], width - 1 + room, v_ref.shape[3]))
             for row, entry in enumerate(entries):
                 n = len(entry.tokens)
                 if n:
-                    keys[row, :, width - 1 - n :] = entry.layers[i][0][0]
-                    values[row, :, width - 1 - n :] = entry.layers[i][1][0]
-            data.append((keys, values))
-        return DynamicCache(ddp_cache_data=data)
+                    keys[row, :, width - 1 - n : width - 1] = entry.layers[i][0][0]
+                    values[row, :, width - 1 - n : width - 1] = entry.layers[i][1][0]
+            layers.append(GrowingLayer(keys, values, width - 1))
+        cache = DynamicCache()
+        cache.layers = layers
+        return cache
 
     def keep(
         self,

@@ -190,7 +190,7 @@ class TransformersPolicy:
         past = None
         if sessions is not None and self._kv is not None:
             self._kv.prepare(sessions, prompts)
-            past = self._kv.stack(sessions, ids.shape[1])
+            past = self._kv.stack(sessions, ids.shape[1], room=params.max_new_tokens)
         recorder = _RecordLogprobs(params.temperature)
         stop = params.stop
         criteria = StoppingCriteriaList([_StopOnText(self.tokenizer, stop, ids.shape[1])] if stop else [])

@@ -183,7 +183,7 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
     """The trainer's own scoring (LM head on model tokens only) gives TRL's loss, gradients and entropy metric."""
     import agent_trainers.algorithms.grpo as grpo
 
-    results, real = [], grpo.scored_token_logprobs
+    results, real = [], grpo.shared_prompt_token_logprobs
     for ours in (True, False):
         trainer = make_trainer(tmp_path / str(ours), "grpo", "turn", scripted)
         trainer.model.train()
@@ -191,7 +191,9 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
         out = trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
         assert 0 in out["tool_mask"] and 1 in out["tool_mask"]  # env tokens in the completions
         calls: list[torch.Tensor] = []
-        monkeypatch.setattr(grpo, "scored_token_logprobs", lambda *a, c=calls, **k: c.append(a[4]) or real(*a, **k))
+        monkeypatch.setattr(
+            grpo, "shared_prompt_token_logprobs", lambda *a, c=calls, **k: c.append(a[4]) or real(*a, **k)
+        )
         monkeypatch.setattr(grpo, "supports_scored_logprobs", lambda model, on=ours: on)
         loss = trainer._compute_loss(trainer.model, out)
         loss.backward()

@@ -8,7 +8,11 @@ import pytest
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
-from agent_trainers.algorithms.logprobs import scored_token_logprobs, supports_scored_logprobs
+from agent_trainers.algorithms.logprobs import (
+    scored_token_logprobs,
+    shared_prompt_token_logprobs,
+    supports_scored_logprobs,
+)
 from agent_trainers.policies import tiny_random_model
 
 P, C, T = 7, 9, 0.7  # prompt width, completion width, temperature
@@ -65,3 +69,70 @@ def test_models_it_cannot_score_are_left_to_trl():
     capped.config.final_logit_softcapping = 30.0
     assert not supports_scored_logprobs(capped)
     assert not supports_scored_logprobs(torch.nn.Sequential(model))  # wrapped (e.g. DDP): keep TRL's path
+
+
+@pytest.fixture
+def group():
+    """Four rows: 0, 1 and 3 share a prompt, 2 has its own (left-padded); right-padded completions."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(20, 5000, (4, P + C), generator=g)
+    ids[1, :P] = ids[3, :P] = ids[0, :P]
+    attention = torch.ones_like(ids)
+    attention[2, :3] = 0
+    attention[1, -2:] = 0
+    attention[3, -4:] = 0
+    scored = torch.tensor(
+        [
+            [1, 1, 0, 0, 0, 1, 1, 0, 1],
+            [0, 1, 1, 1, 0, 0, 1, 0, 0],
+            [0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [1, 1, 0, 0, 0, 0, 0, 0, 0],
+        ]
+    )
+    return ids, attention, scored
+
+
+def tokens_run(model):
+    """Count the positions the backbone runs over (a list filled by a forward pre-hook)."""
+    seen: list[int] = []
+    model.base_model.register_forward_pre_hook(lambda m, a, k: seen.append(k["input_ids"].shape[1]), with_kwargs=True)
+    return seen
+
+
+def test_shared_prompts_give_the_single_pass_log_probs_entropies_and_gradients(group):
+    single, _ = tiny_random_model(seed=1)
+    shared = copy.deepcopy(single)
+    ids, attention, scored = group
+    weights = torch.arange(1.0, C + 1)
+    want, want_entropy = scored_token_logprobs(single, ids, attention, C, scored, temperature=T, compute_entropy=True)
+    (want * weights).sum().backward()
+    seen = tokens_run(shared)
+    got, entropy = shared_prompt_token_logprobs(shared, ids, attention, C, scored, temperature=T, compute_entropy=True)
+    (got * weights).sum().backward()
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(entropy, want_entropy, atol=1e-5)
+    assert torch.all(got[scored == 0] == 0) and got[scored == 1].lt(0).all()
+    assert torch.allclose(grads(shared), grads(single), atol=1e-5)
+    # two distinct prompts of 7; completions up to the token before each row's last scored one: 8, 6, 8, 1
+    assert seen == [P, 8, 6, P, 8, 1]
+
+
+def test_shared_prompts_with_nothing_scored_fall_back_to_the_single_pass(group):
+    model, _ = tiny_random_model(seed=1)
+    ids, attention, _ = group
+    seen = tokens_run(model)
+    logps, entropy = shared_prompt_token_logprobs(model, ids, attention, C, torch.zeros(4, C, dtype=torch.long))
+    assert seen == [P + C] and entropy is None
+    assert torch.equal(logps, torch.zeros(4, C)) and logps.requires_grad  # still attached to the graph
+
+
+def test_shared_prompts_under_gradient_checkpointing_fall_back_to_the_single_pass(group):
+    model, _ = tiny_random_model(seed=1)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids, attention, scored = group
+    seen = tokens_run(model)
+    logps, _ = shared_prompt_token_logprobs(model, ids, attention, C, scored, temperature=T)
+    assert seen == [P + C]
+    with torch.no_grad():
+        want, _ = scored_token_logprobs(model, ids, attention, C, scored, temperature=T)
+    assert torch.allclose(logps, want, atol=1e-5)

@@ -9,7 +9,7 @@ import torch
 from transformers import DynamicCache, MistralConfig, MistralForCausalLM
 
 from agent_trainers.policies import SamplingParams, SessionPolicy, TransformersPolicy, load_model
-from agent_trainers.policies.kv_cache import EpisodeKVCache, supports_kv_reuse
+from agent_trainers.policies.kv_cache import EpisodeKVCache, GrowingLayer, supports_kv_reuse
 from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout
 from tests.agent_trainers.conftest import UNEVEN_ID
 
@@ -106,6 +106,24 @@ def test_stack_left_pads_each_entry_to_the_batch_width(tiny64):
     assert torch.equal(keys[0, :, :3], torch.zeros_like(keys[0, :, :3]))  # 3 padded slots, then "s"'s 2 ids
     assert torch.equal(keys[0, :, 3:], kv.entries["s"].layers[0][0][0])
     assert torch.equal(keys[1], kv.entries["l"].layers[0][0][0])
+    # with room for 3 more tokens the layer's buffer holds 8 positions; its keys still show the 5 filled ones
+    roomy = kv.stack(["s", "l"], width=6, room=3).layers[0]
+    assert isinstance(roomy, GrowingLayer) and roomy.keys.shape[2] == 5 and roomy._k.shape[2] == 8
+    assert torch.equal(roomy.keys, keys)
+
+
+def test_growing_layer_appends_in_place_like_a_dynamic_layer_and_copies_past_its_room():
+    g = torch.Generator().manual_seed(0)
+    start, steps = torch.randn(2, 3, 4, 8, generator=g), [torch.randn(2, 3, 1, 8, generator=g) for _ in range(3)]
+    buffer = torch.zeros(2, 3, 6, 8)
+    buffer[:, :, :4] = start
+    growing, plain = GrowingLayer(buffer, buffer.clone(), 4), DynamicCache(ddp_cache_data=[(start, start)]).layers[0]
+    for i, step in enumerate(steps):
+        keys, _ = growing.update(step, step)
+        want, _ = plain.update(step, step)
+        assert torch.equal(keys, want) and growing.get_seq_length() == 5 + i
+        # the first two appends fit in the buffer (written in place); the third (length 7 > 6) is a copy
+        assert (keys.data_ptr() == buffer.data_ptr()) == (i < 2)
 
 
 def test_fp32_cached_and_plain_greedy_agree(one_thread, tiny_model):
