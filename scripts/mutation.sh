@@ -36,10 +36,17 @@ declare -A PATTERNS=(
   [gym]="agent_gym.core.parsing.* agent_gym.core.scanning.* agent_gym.core.rubric.* agent_gym.rewards.*
          agent_gym.datasets.metrics.* agent_gym.tools.sql.* agent_gym.tools.sql_budget.*
          agent_gym.tools.calculator.* agent_gym.core.noise.* agent_gym.testing.*"
-  # whole modules: the estimators, the tensors, PPO's pure functions, incremental tokenisation; of the
-  # trainers and the engine only the functions that build masks, place rewards and KL, and assemble the loss
+  # whole modules: the estimators, the tensors, PPO's pure functions; of the tokeniser, the engine and the
+  # trainers only the functions that build token ids and masks, place rewards and KL, and assemble the loss
   [trainer]="agent_trainers.algorithms.advantages.* agent_trainers.algorithms.tensors.*
-             agent_trainers.algorithms.ppo_core.* agent_trainers.rollout.chat.*
+             agent_trainers.algorithms.ppo_core.*
+             agent_trainers.rollout.chat.x_tokenize_chat__mutmut_*
+             agent_trainers.rollout.chat.xǁChatTokenizerǁenv_text__mutmut_*
+             agent_trainers.rollout.chat.xǁChatTokenizerǁenv_ids__mutmut_*
+             agent_trainers.rollout.chat.xǁChatTokenizerǁsplit_turn__mutmut_*
+             agent_trainers.rollout.chat.xǁChatTokenizerǁprompt_ids__mutmut_*
+             agent_trainers.rollout.chat.xǁChatTokenizerǁencode__mutmut_*
+             agent_trainers.rollout.chat.xǁChatTokenizerǁdecode__mutmut_*
              agent_trainers.rollout.engine.xǁ_Episodeǁadd_model_turn__mutmut_*
              agent_trainers.rollout.engine.xǁ_Episodeǁapply_step__mutmut_*
              agent_trainers.algorithms.ppo.xǁPPOTrainerǁprepare__mutmut_*
