@@ -159,3 +159,30 @@ def test_registry_and_argument_errors(batch):
         compute_advantages(batch, "grpo", gamma=0.0)
     with pytest.raises(ValueError, match="rloo needs groups of at least 2"):
         compute_advantages(reward_batch([traj([(0, 1, 1)], [1.0], [1])], group_size=1, length=1), "rloo")
+
+
+def test_degenerate_batches_give_zeros_not_nan():
+    """A group of one has no spread (GRPO gives 0, not NaN); a batch without model tokens or turns gives 0s."""
+    single = reward_batch([traj([(0, 2, 2)], [1.0], [1, 1])], group_size=1, length=3)
+    for mode in ("outcome", "turn"):
+        assert compute_advantages(single, "grpo", mode=mode).tolist() == [[0.0, 0.0, 0.0]]
+    # reinforce_pp: one model-token value has no spread either: (x - x) / (0 + eps) = 0
+    assert compute_advantages(single, "reinforce_pp").tolist() == [[0.0, 0.0, 0.0]]
+    env_only = [traj([(0, 0, 2)], [0.0], [0, 0]), traj([(0, 0, 1)], [0.0], [0])]
+    b = reward_batch(env_only, group_size=2, length=2)
+    for name in ESTIMATORS:
+        assert compute_advantages(b, name, mode="turn").tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    empty = [Trajectory("Test/Lookup-v0", {}, 0, "t", 0, 0) for _ in range(2)]
+    b = reward_batch(empty, group_size=2, length=0)
+    for name in ESTIMATORS:
+        for mode in ("outcome", "turn"):
+            assert compute_advantages(b, name, mode=mode).shape == (2, 0)
+
+
+def test_a_group_without_turns_is_skipped_and_the_other_group_normalised_alone():
+    rows = [traj([(0, 1, 1)], [1.0], [1]), traj([(0, 1, 1)], [0.0], [1])] + [
+        Trajectory("Test/Lookup-v0", {}, 0, "t", 0, 0) for _ in range(2)
+    ]
+    got = compute_advantages(reward_batch(rows, group_size=2, length=1), "grpo", mode="turn")
+    # group 0 pools [1, 0]: mean 0.5, std 0.707107 -> +-0.5 / 0.707207; group 1 has no turns: 0
+    assert torch.allclose(got, torch.tensor([[0.707007], [-0.707007], [0.0], [0.0]]), atol=1e-5)
