@@ -221,7 +221,9 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
     assert float(loss) == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
     assert 0 < expected["clipfrac"] < 1 and 0 < expected["value_clipfrac"] < 1 and expected["kl_loss"] > 0
     wide = (pol | val) & ~agent  # the env tokens of the widened mask: clipping happens there too
-    clipped = (-adv * ratio.clamp(0.8, 1.2) > -adv * ratio) if switch == "loss_mask" else v_loss > 0.5 * (
-        values - batch.returns
-    ) ** 2
+    clipped = (
+        (-adv * ratio.clamp(0.8, 1.2) > -adv * ratio)
+        if switch == "loss_mask"
+        else v_loss > 0.5 * (values - batch.returns) ** 2
+    )
     assert (clipped & wide).any()
