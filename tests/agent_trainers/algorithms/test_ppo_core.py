@@ -102,6 +102,7 @@ def test_masked_whiten_uses_only_masked_entries_with_bessel_correction():
 def test_masked_mean_is_nan_when_nothing_is_masked():
     assert math.isnan(float(masked_mean(torch.ones(2, 2), torch.zeros(2, 2, dtype=torch.bool))))
     assert float(masked_mean(torch.tensor([[2.0, 9.0]]), torch.tensor([[True, False]]))) == 2.0
+    assert float(masked_mean(torch.tensor([[2.0, 9.0, 4.0]]), torch.tensor([[1, 0, 1]]))) == 3.0  # int masks too
 
 
 def test_clipped_surrogate_by_hand():
@@ -152,3 +153,15 @@ def test_explained_variance():
     assert explained_variance(ret, ret, mask) == 1.0
     assert explained_variance(torch.zeros_like(ret) + 2.0, ret, mask) == 0.0
     assert math.isnan(explained_variance(ret, torch.ones_like(ret), mask))  # constant returns: undefined
+
+
+def test_explained_variance_by_hand():
+    ret = torch.tensor([[1.0, 2.0, 4.0, 99.0]])
+    values = torch.tensor([[1.5, 2.0, 3.0, -50.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])  # the masked-out pair would dominate both variances
+    # Var(R) over [1, 2, 4] = 7/3; R - V = [-0.5, 0, 1], Var = 7/12 -> 1 - (7/12) / (7/3) = 0.75
+    assert explained_variance(values, ret, mask) == pytest.approx(0.75)
+    # two entries are enough: R = [1, 2], V = [1.5, 2]: Var(R) = 0.5, Var(R - V) = 0.125 -> 0.75
+    two = torch.tensor([[1, 1, 0, 0]])
+    assert explained_variance(values, ret, two) == pytest.approx(0.75)
+    assert math.isnan(explained_variance(values, ret, torch.tensor([[1, 0, 0, 0]])))  # one entry: no variance
