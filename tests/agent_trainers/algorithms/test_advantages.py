@@ -23,7 +23,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_trainers.algorithms import ESTIMATORS, Algorithm, compute_advantages
+from agent_trainers.algorithms import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
+from agent_trainers.algorithms.advantages import Estimator, register
 from agent_trainers.algorithms.tensors import reward_batch
 from agent_trainers.rollout import Trajectory, TurnSpan
 
@@ -186,3 +187,25 @@ def test_a_group_without_turns_is_skipped_and_the_other_group_normalised_alone()
     got = compute_advantages(reward_batch(rows, group_size=2, length=1), "grpo", mode="turn")
     # group 0 pools [1, 0]: mean 0.5, std 0.707107 -> +-0.5 / 0.707207; group 1 has no turns: 0
     assert torch.allclose(got, torch.tensor([[0.707007], [-0.707007], [0.0], [0.0]]), atol=1e-5)
+
+
+def test_register_adds_an_estimator_that_compute_advantages_uses(batch):
+    """The README's extension point: one decorated function; its KL placement and group minimum take effect."""
+    seen = []
+
+    def double(values, returns, b, opts):
+        seen.append((opts.mode, opts.scale, opts.eps))
+        return 2 * values
+
+    assert register("doubled", kl_in_reward=True, min_group_size=3)(double) is double
+    try:
+        assert ESTIMATORS["doubled"] == Estimator("doubled", double, True, 3)
+        with pytest.raises(ValueError, match="doubled needs groups of at least 3 rollouts"):
+            compute_advantages(batch, "doubled")
+        triple = reward_batch([traj([(0, 1, 1)], [1.0], [1])] * 3, group_size=3, length=1)
+        kl = torch.tensor([[0.4], [0.0], [0.0]])
+        got = compute_advantages(triple, "doubled", mode="turn", kl_coef=0.5, kl=kl, scale="none", eps=0.1)
+        assert torch.allclose(got, torch.tensor([[1.6], [2.0], [2.0]]))  # 2 * (1 - 0.5 * 0.4): KL in the reward
+        assert seen == [(AdvantageMode.TURN, "none", 0.1)]
+    finally:
+        del ESTIMATORS["doubled"]
