@@ -97,6 +97,9 @@ def test_masked_whiten_uses_only_masked_entries_with_bessel_correction():
     assert torch.allclose(out, torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), atol=1e-6)
     with pytest.raises(ValueError, match="at least 2"):
         masked_whiten(x, torch.tensor([[True, False, False], [False, False, False]]))
+    # two entries are enough; eps is added to the variance: [1, 3] has mean 2, variance 2 -> +-1 / sqrt(2 + 1)
+    two = masked_whiten(x, torch.tensor([[True, False, True], [False, False, False]]), eps=1.0)
+    assert torch.allclose(two, torch.tensor([[-(3**-0.5), 0.0, 3**-0.5], [0.0, 0.0, 0.0]]), atol=1e-6)
 
 
 def test_masked_mean_is_nan_when_nothing_is_masked():
