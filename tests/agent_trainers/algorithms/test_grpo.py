@@ -199,6 +199,17 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
             assert torch.equal(calls[0], out["completion_mask"] * out["tool_mask"])
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
         results.append((loss.detach(), grad, trainer._metrics["train"]["entropy"][-1]))
+        if ours:
+            # outside the loss (TRL's old/reference log-probs) TRL's own path is used again
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, out["completion_ids"].shape[1])
+            assert len(calls) == 1
+            # without a tool mask (no env tokens to leave out) every completion token is scored
+            with torch.no_grad():
+                trainer._compute_loss(trainer.model, {k: v for k, v in out.items() if k != "tool_mask"})
+            assert len(calls) == 2 and torch.equal(calls[1], out["completion_mask"])
     (loss_a, grad_a, ent_a), (loss_b, grad_b, ent_b) = results
     assert torch.allclose(loss_a, loss_b, atol=1e-6) and loss_a != 0
     assert torch.allclose(grad_a, grad_b, atol=1e-6) and ent_a == pytest.approx(ent_b, abs=1e-6)
