@@ -156,8 +156,12 @@ def test_registry_and_argument_errors(batch):
     assert set(ESTIMATORS) == {a.value for a in Algorithm} - {"ppo"}  # PPO has its own trainer (GAE, critic)
     with pytest.raises(KeyError, match=r"no advantage estimator 'ppo'; registered: \['grpo', 'reinforce_pp'"):
         compute_advantages(batch, "ppo")
-    with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
-        compute_advantages(batch, "grpo", gamma=0.0)
+    for gamma in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"gamma must be in \(0, 1\] \(got {gamma}\)"):
+            compute_advantages(batch, "grpo", gamma=gamma)
+    assert torch.equal(compute_advantages(batch, "grpo", gamma=1.0), compute_advantages(batch, "grpo"))  # 1 is in
+    with pytest.raises(ValueError, match="scale must be 'group', 'batch' or 'none' \\(got 'std'\\)"):
+        compute_advantages(batch, "grpo", scale="std")
     with pytest.raises(ValueError, match="rloo needs groups of at least 2"):
         compute_advantages(reward_batch([traj([(0, 1, 1)], [1.0], [1])], group_size=1, length=1), "rloo")
 
