@@ -141,6 +141,10 @@ def test_clipped_value_loss_by_hand():
     assert clipped.tolist() == [True, False, False]
     plain, never = clipped_value_loss(new, old, ret, clip=None)
     assert torch.allclose(plain, torch.tensor([0.125, 0.125, 0.405])) and not never.any()
+    assert never.dtype == torch.bool and never.shape == (3,)  # a mask, like the clipped case's
+    # moving down past the clip: V = -0.5 from 0 is clipped to -0.2; R = -1: max(0.25, 0.64) / 2 = 0.32
+    down, clipped = clipped_value_loss(torch.tensor([-0.5]), torch.tensor([0.0]), torch.tensor([-1.0]), clip=0.2)
+    assert torch.allclose(down, torch.tensor([0.32])) and clipped.tolist() == [True]
 
 
 def test_kl_estimators():
