@@ -137,6 +137,15 @@ def test_kl_goes_into_the_reward_or_into_the_loss(tmp_path, one_thread, episodes
         assert torch.allclose(batch.advantages, expected * agent, atol=1e-5)
         stats = trainer.update(batch)
         assert ("kl_loss" in stats) == (placement == "loss")
+    # GAE over every token: the KL penalty sits on agent tokens only, env tokens keep their (zero) reward
+    trainer = make_trainer(tmp_path / "every", norm_adv=False, kl_coef=0.5, advantage_mask=False, loss_mask=False)
+    with torch.no_grad():
+        trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
+    batch = trainer.prepare(episodes)
+    agent, valid = batch.rewards.model_mask, batch.rewards.valid
+    kl = (batch.old_logprobs - batch.ref_logprobs) * agent
+    expected, _ = masked_gae(batch.rewards.token_rewards - 0.5 * kl, batch.old_values, valid, gamma=1.0, lam=1.0)
+    assert torch.isfinite(batch.advantages).all() and torch.allclose(batch.advantages, expected * valid, atol=1e-5)
 
 
 def test_task_schedule_visits_every_task_once_per_epoch(tmp_path):
