@@ -71,6 +71,6 @@ def test_edges_of_the_layout():
     t.turns = [TurnSpan(0, 0, 1, 0.0), TurnSpan(1, 2, 3, 0.7)]
     b = reward_batch([t], group_size=1, length=3)
     assert b.token_rewards.tolist() == [[0.0, pytest.approx(0.7), 0.0]] and b.turn_index.tolist() == [[0, 1, 1]]
-    assert reward_batch([], group_size=2, length=3).shape == (0, 3)  # no trajectories: an empty batch
+    assert reward_batch([], group_size=2, length=0).shape == (0, 0)  # no trajectories: an empty batch
     empty = reward_batch([Trajectory("e", {}, 0, "t", 0, 0)] * 2, group_size=1, length=0)
     assert empty.shape == (2, 0) and discounted_returns(empty.token_rewards, empty.turn_index, 0.5).shape == (2, 0)
