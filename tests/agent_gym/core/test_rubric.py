@@ -173,4 +173,4 @@ def test_values_outside_the_bounds_on_either_side_are_refused(value):
         rubric.score(NONFINAL)
     end = min(max(value, 0.0), 1.0)
     edge = Rubric([RewardTerm("x", _const(end + (1e-10 if value > 1 else -1e-10)), bounds=(0.0, 1.0))])
-    assert edge.score(NONFINAL)[0]["x"] == pytest.approx(end)  # within the tolerance
+    assert edge.score(NONFINAL)[0]["x"] == pytest.approx(end, abs=1e-9)  # within the tolerance
