@@ -242,3 +242,12 @@ def test_active_means_a_generic_fault_can_fire():
     assert all(ToolNoise(**{k: 0.1}).active for k in ("failure_prob", "timeout_prob", "truncate_prob"))
     assert not RetrievalNoise().active
     assert all(RetrievalNoise(**{k: 0.1}).active for k in ("drop_prob", "shuffle_prob", "distractor_prob"))
+
+
+def test_tool_noise_without_truncation_draws_one_uniform_per_call():
+    """truncate_prob = 0 consumes no randomness: the next draw is the one after one uniform per call."""
+    rng = np.random.default_rng(3)
+    noise = ToolNoise(failure_prob=0.2, timeout_prob=0.1)
+    for _ in range(6):
+        noise.apply("t", ToolResult("abcdef"), rng)
+    assert rng.random() == np.random.default_rng(3).random(7)[-1]

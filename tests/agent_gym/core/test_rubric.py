@@ -163,3 +163,14 @@ def test_with_weights_returns_a_new_rubric_and_names_unknown_terms():
     with pytest.raises(KeyError) as caught:
         rubric.with_weights(c=1.0, d=2.0)
     assert caught.value.args == ("unknown reward terms ['c', 'd']; known: ['a', 'b']",)
+
+
+@pytest.mark.parametrize("value", [-0.5, 1.5, -1e-6, 1 + 1e-6])
+def test_values_outside_the_bounds_on_either_side_are_refused(value):
+    """Only float rounding (1e-9) is tolerated at each end: half a unit or a millionth outside is an error."""
+    rubric = Rubric([RewardTerm("x", _const(value), bounds=(0.0, 1.0))])
+    with pytest.raises(RewardError, match=r"'x' returned .* outside its bounds \(0.0, 1.0\)"):
+        rubric.score(NONFINAL)
+    end = min(max(value, 0.0), 1.0)
+    edge = Rubric([RewardTerm("x", _const(end + (1e-10 if value > 1 else -1e-10)), bounds=(0.0, 1.0))])
+    assert edge.score(NONFINAL)[0]["x"] == pytest.approx(end, abs=1e-9)  # within the tolerance

@@ -83,6 +83,8 @@ def test_depth_limit_applies_to_operators_too():
 def test_limits_validate():
     with pytest.raises(ValueError, match="max_bits"):
         CalculatorLimits(max_bits=0)
+    tight = CalculatorLimits(max_length=1, max_depth=1, max_exponent=1, max_bits=1)  # 1 is the smallest limit
+    assert evaluate("1", tight) == 1
 
 
 def test_tool_result_metadata_and_schema_errors():

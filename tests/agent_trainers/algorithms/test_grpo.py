@@ -48,7 +48,9 @@ def scripted(model, tok, seed):
     return ScriptedLookup(tok)
 
 
-def make_trainer(tmp_path, algorithm="grpo", advantage="turn", factory=None, *, beta=0.0, loss_mask=True, tokens=24):
+def make_trainer(
+    tmp_path, algorithm="grpo", advantage="turn", factory=None, *, beta=0.0, loss_mask=True, tokens=24, gamma=1.0
+):
     model, tok = tiny_random_model()
     rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
     fn = EnvRolloutFunc(
@@ -63,7 +65,7 @@ def make_trainer(tmp_path, algorithm="grpo", advantage="turn", factory=None, *, 
     )  # fmt: skip
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
-        rollout_func=fn, algorithm=algorithm, advantage=advantage,
+        rollout_func=fn, algorithm=algorithm, advantage=advantage, gamma=gamma,
     )  # fmt: skip
 
 
@@ -87,6 +89,35 @@ def test_advantages_come_from_the_registry_on_the_trajectories_trl_passed_in(tmp
     # the correct answerer (even row) beats the wrong one on the answer turn of the same task
     assert out["advantages"][0, trajs[0].turns[1].start] > out["advantages"][1, trajs[1].turns[1].start]
     assert not hasattr(trainer.rollout_func, "last_trajectories")
+
+
+@pytest.mark.parametrize("algorithm", ["rloo", "reinforce_pp"])
+def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path, one_thread, algorithm):
+    """beta > 0: the per-token KL to the frozen start policy (sampling log-probs minus the reference's, on model
+    tokens) enters the reward, and the per-turn gamma discounts; checked against an independent forward pass."""
+    trainer = make_trainer(tmp_path, algorithm, "turn", scripted, beta=0.1, gamma=0.5)
+    trainer.model.train()
+    inputs = inputs_for(trainer, [0, 1])
+    out = trainer._generate_and_score_completions(inputs)
+    trajs = [row["trajectory"] for row in inputs]
+    batch = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1])
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    width = out["completion_ids"].shape[1]
+    with torch.no_grad():  # the reference is the policy as RL starts: score with the (untouched) policy
+        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+        logits = trainer.model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
+        logp = torch.log_softmax(logits[:, -width - 1 : -1].float(), dim=-1)
+        ref = logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    kl = (batch.sampling_logprobs - ref) * batch.model_mask  # the scripted policy reports -1 per token
+    assert kl[batch.model_mask].abs().min() > 0.5
+    expected = compute_advantages(batch, algorithm, mode="turn", gamma=0.5, kl_coef=0.1, kl=kl)
+    assert torch.allclose(out["advantages"], expected, atol=1e-4)
+    for other in (
+        compute_advantages(batch, algorithm, mode="turn", gamma=0.5),  # no KL
+        compute_advantages(batch, algorithm, mode="turn", kl_coef=0.1, kl=kl),  # gamma 1
+    ):
+        assert not torch.allclose(out["advantages"], other, atol=1e-3)
 
 
 def test_outcome_grpo_with_gamma_1_equals_trls_own_advantages(tmp_path):
@@ -202,6 +233,17 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
             assert torch.equal(calls[0], out["completion_mask"] * out["tool_mask"])
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
         results.append((loss.detach(), grad, trainer._metrics["train"]["entropy"][-1]))
+        if ours:
+            # outside the loss (TRL's old/reference log-probs) TRL's own path is used again
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, out["completion_ids"].shape[1])
+            assert len(calls) == 1
+            # without a tool mask (no env tokens to leave out) every completion token is scored
+            with torch.no_grad():
+                trainer._compute_loss(trainer.model, {k: v for k, v in out.items() if k != "tool_mask"})
+            assert len(calls) == 2 and torch.equal(calls[1], out["completion_mask"])
     (loss_a, grad_a, ent_a), (loss_b, grad_b, ent_b) = results
     assert torch.allclose(loss_a, loss_b, atol=1e-6) and loss_a != 0
     assert torch.allclose(grad_a, grad_b, atol=1e-6) and ent_a == pytest.approx(ent_b, abs=1e-6)

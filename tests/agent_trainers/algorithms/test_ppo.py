@@ -4,6 +4,7 @@ direction, gradient accumulation, the task schedule and a real step with a real 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -136,6 +137,15 @@ def test_kl_goes_into_the_reward_or_into_the_loss(tmp_path, one_thread, episodes
         assert torch.allclose(batch.advantages, expected * agent, atol=1e-5)
         stats = trainer.update(batch)
         assert ("kl_loss" in stats) == (placement == "loss")
+    # GAE over every token: the KL penalty sits on agent tokens only, env tokens keep their (zero) reward
+    trainer = make_trainer(tmp_path / "every", norm_adv=False, kl_coef=0.5, advantage_mask=False, loss_mask=False)
+    with torch.no_grad():
+        trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
+    batch = trainer.prepare(episodes)
+    agent, valid = batch.rewards.model_mask, batch.rewards.valid
+    kl = (batch.old_logprobs - batch.ref_logprobs) * agent
+    expected, _ = masked_gae(batch.rewards.token_rewards - 0.5 * kl, batch.old_values, valid, gamma=1.0, lam=1.0)
+    assert torch.isfinite(batch.advantages).all() and torch.allclose(batch.advantages, expected * valid, atol=1e-5)
 
 
 def test_task_schedule_visits_every_task_once_per_epoch(tmp_path):
@@ -169,3 +179,71 @@ def test_bad_settings_fail_clearly(tmp_path):
     rollout = EnvRolloutFunc(grpo_dataset_rows(ENV_ID, [0]), config=RolloutConfig(temperature=0.0))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         PPOTrainer(model, tok, rollout, PPOArgs(), output_dir=tmp_path)
+
+
+@pytest.mark.parametrize("switch", ["loss_mask", "advantage_mask"])
+def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes, switch):
+    """One micro-batch's loss, term by term: the three token counts differ (policy, value and agent tokens), the
+    rollout-time log-probs and values are shifted so that both clips bite, and the KL sits in the loss."""
+    trainer = make_trainer(
+        tmp_path, norm_adv=False, kl_coef=0.5, kl_penalty="loss", ent_coef=0.01, vf_coef=0.7, **{switch: False}
+    )
+    with torch.no_grad():
+        trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
+    batch = trainer.prepare(episodes)
+    pol, val, agent = batch.policy_mask, batch.gae_mask, batch.rewards.model_mask
+    n_pol, n_val, n_agent = int(pol.sum()), int(val.sum()), int(agent.sum())
+    assert n_agent < max(n_pol, n_val)  # one of the two switches widens one mask to every token
+    rows = torch.arange(len(episodes))
+    inputs = trainer._inputs(batch, rows)
+    scored = (pol | agent)[rows]
+    with torch.no_grad():
+        logp, values, entropy = trainer.agent(**inputs, temperature=1.0, scored=scored, entropy=True)
+    shift = 0.2 * ((torch.arange(pol.numel()) % 5) - 2).view_as(pol).float()  # ratios exp(-0.4) ... exp(0.4)
+    batch.old_logprobs = logp - shift
+    batch.old_values = values + 2 * shift  # the value moved by up to 0.8 against a clip of 0.2
+    batch.returns = batch.returns + 0.3
+    tokens = {"policy": pol.sum(), "value": val.sum(), "agent": agent.sum()}
+    with torch.no_grad():
+        loss, parts = trainer._micro_loss(batch, rows, tokens)
+
+    ratio, adv = torch.exp(shift), batch.advantages
+    surrogate = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
+    v_clipped = batch.old_values + (values - batch.old_values).clamp(-0.2, 0.2)
+    v_loss = 0.5 * torch.maximum((values - batch.returns) ** 2, (v_clipped - batch.returns) ** 2)
+    diff = batch.ref_logprobs - logp
+    expected = {
+        "policy_loss": float((surrogate * pol).sum()) / n_pol,
+        "value_loss": float((v_loss * val).sum()) / n_val,
+        "entropy": float((entropy * pol).sum()) / n_pol,
+        "kl_loss": float(((diff.exp() - diff - 1) * agent).sum()) / n_agent,
+        "clipfrac": float(((-adv * ratio.clamp(0.8, 1.2) > -adv * ratio) & pol).sum()) / n_pol,
+        "value_clipfrac": float((((v_clipped - batch.returns) ** 2 > (values - batch.returns) ** 2) & val).sum())
+        / n_val,
+        "approx_kl": float(((ratio - 1 - shift) * pol).sum()) / n_pol,
+    }
+    expected["loss"] = (
+        expected["policy_loss"] + 0.7 * expected["value_loss"] - 0.01 * expected["entropy"] + 0.5 * expected["kl_loss"]
+    )
+    assert set(parts) == set(expected)
+    for name, value in expected.items():
+        assert parts[name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    assert float(loss) == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
+    assert 0 < expected["clipfrac"] < 1 and 0 < expected["value_clipfrac"] < 1 and expected["kl_loss"] > 0
+    wide = (pol | val) & ~agent  # the env tokens of the widened mask: clipping happens there too
+    clipped = (
+        (-adv * ratio.clamp(0.8, 1.2) > -adv * ratio)
+        if switch == "loss_mask"
+        else v_loss > 0.5 * (values - batch.returns) ** 2
+    )
+    assert (clipped & wide).any()
+    # no entropy bonus: no entropy computed or logged; no value clipping: the plain squared error
+    trainer.args = dataclasses.replace(trainer.args, ent_coef=0.0, clip_vloss=False)
+    with torch.no_grad():
+        loss, parts = trainer._micro_loss(batch, rows, tokens)
+    plain = float((0.5 * (values - batch.returns) ** 2 * val).sum()) / n_val
+    assert "entropy" not in parts and parts["value_clipfrac"] == 0.0
+    assert parts["value_loss"] == pytest.approx(plain, rel=1e-4) and plain < expected["value_loss"]
+    assert float(loss) == pytest.approx(
+        expected["policy_loss"] + 0.7 * plain + 0.5 * expected["kl_loss"], rel=1e-4, abs=1e-6
+    )

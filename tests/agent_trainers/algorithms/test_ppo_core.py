@@ -97,11 +97,15 @@ def test_masked_whiten_uses_only_masked_entries_with_bessel_correction():
     assert torch.allclose(out, torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), atol=1e-6)
     with pytest.raises(ValueError, match="at least 2"):
         masked_whiten(x, torch.tensor([[True, False, False], [False, False, False]]))
+    # two entries are enough; eps is added to the variance: [1, 3] has mean 2, variance 2 -> +-1 / sqrt(2 + 1)
+    two = masked_whiten(x, torch.tensor([[True, False, True], [False, False, False]]), eps=1.0)
+    assert torch.allclose(two, torch.tensor([[-(3**-0.5), 0.0, 3**-0.5], [0.0, 0.0, 0.0]]), atol=1e-6)
 
 
 def test_masked_mean_is_nan_when_nothing_is_masked():
     assert math.isnan(float(masked_mean(torch.ones(2, 2), torch.zeros(2, 2, dtype=torch.bool))))
     assert float(masked_mean(torch.tensor([[2.0, 9.0]]), torch.tensor([[True, False]]))) == 2.0
+    assert float(masked_mean(torch.tensor([[2.0, 9.0, 4.0]]), torch.tensor([[1, 0, 1]]))) == 3.0  # int masks too
 
 
 def test_clipped_surrogate_by_hand():
@@ -137,6 +141,10 @@ def test_clipped_value_loss_by_hand():
     assert clipped.tolist() == [True, False, False]
     plain, never = clipped_value_loss(new, old, ret, clip=None)
     assert torch.allclose(plain, torch.tensor([0.125, 0.125, 0.405])) and not never.any()
+    assert never.dtype == torch.bool and never.shape == (3,)  # a mask, like the clipped case's
+    # moving down past the clip: V = -0.5 from 0 is clipped to -0.2; R = -1: max(0.25, 0.64) / 2 = 0.32
+    down, clipped = clipped_value_loss(torch.tensor([-0.5]), torch.tensor([0.0]), torch.tensor([-1.0]), clip=0.2)
+    assert torch.allclose(down, torch.tensor([0.32])) and clipped.tolist() == [True]
 
 
 def test_kl_estimators():
@@ -152,3 +160,15 @@ def test_explained_variance():
     assert explained_variance(ret, ret, mask) == 1.0
     assert explained_variance(torch.zeros_like(ret) + 2.0, ret, mask) == 0.0
     assert math.isnan(explained_variance(ret, torch.ones_like(ret), mask))  # constant returns: undefined
+
+
+def test_explained_variance_by_hand():
+    ret = torch.tensor([[1.0, 2.0, 4.0, 99.0]])
+    values = torch.tensor([[1.5, 2.0, 3.0, -50.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])  # the masked-out pair would dominate both variances
+    # Var(R) over [1, 2, 4] = 7/3; R - V = [-0.5, 0, 1], Var = 7/12 -> 1 - (7/12) / (7/3) = 0.75
+    assert explained_variance(values, ret, mask) == pytest.approx(0.75)
+    # two entries are enough: R = [1, 2], V = [1.5, 2]: Var(R) = 0.5, Var(R - V) = 0.125 -> 0.75
+    two = torch.tensor([[1, 1, 0, 0]])
+    assert explained_variance(values, ret, two) == pytest.approx(0.75)
+    assert math.isnan(explained_variance(values, ret, torch.tensor([[1, 0, 0, 0]])))  # one entry: no variance

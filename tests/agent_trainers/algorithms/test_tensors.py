@@ -49,3 +49,28 @@ def test_bad_batches_are_refused():
     text_mode = Trajectory("e", {}, 0, "t", 0, 0, turns=[TurnSpan(0, 0, 0, 1.0)])
     with pytest.raises(ValueError, match="text mode cannot be trained on"):
         reward_batch([text_mode], group_size=1, length=4)
+
+
+def test_edges_of_the_layout():
+    t = Trajectory("e", {}, 0, "t", 0, 0, completion_ids=[1, 2], loss_mask=[1, 0], logprobs=[-0.5, 0.0])
+    t.turns = [TurnSpan(0, 1, 2, 2.0)]
+    b = reward_batch([t], group_size=1, length=2)  # exactly as wide as the longest completion
+    assert b.token_rewards.tolist() == [[2.0, 0.0]] and b.turn_index.tolist() == [[0, 0]]
+    assert b.model_mask.tolist() == [[True, False]] and b.valid.tolist() == [[True, True]]
+    assert b.sampling_logprobs.tolist() == [[-0.5, 0.0]] and b.shape == (1, 2)
+    with pytest.raises(ValueError, match="divisible by group_size"):
+        reward_batch([t], group_size=0, length=2)
+    no_model_token = Trajectory("e", {}, 0, "t", 0, 0, completion_ids=[1], loss_mask=[0], logprobs=[0.0])
+    no_model_token.turns = [TurnSpan(0, 0, 1, 0.5)]
+    with pytest.raises(ValueError, match="trajectory 0: turn 0 has a reward but no model token"):
+        reward_batch([no_model_token], group_size=1, length=1)
+    no_model_token.turns = [TurnSpan(0, 0, 1, 0.0)]  # no reward: nothing to carry, fine
+    assert reward_batch([no_model_token], group_size=1, length=1).token_rewards.tolist() == [[0.0]]
+    # a turn without model tokens (and reward) before a normal one: the later turn is still laid out
+    t = Trajectory("e", {}, 0, "t", 0, 0, completion_ids=[1, 2, 3], loss_mask=[0, 1, 0], logprobs=[0.0, -1.0, 0.0])
+    t.turns = [TurnSpan(0, 0, 1, 0.0), TurnSpan(1, 2, 3, 0.7)]
+    b = reward_batch([t], group_size=1, length=3)
+    assert b.token_rewards.tolist() == [[0.0, pytest.approx(0.7), 0.0]] and b.turn_index.tolist() == [[0, 1, 1]]
+    assert reward_batch([], group_size=2, length=0).shape == (0, 0)  # no trajectories: an empty batch
+    empty = reward_batch([Trajectory("e", {}, 0, "t", 0, 0)] * 2, group_size=1, length=0)
+    assert empty.shape == (2, 0) and discounted_returns(empty.token_rewards, empty.turn_index, 0.5).shape == (2, 0)

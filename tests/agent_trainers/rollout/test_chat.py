@@ -94,3 +94,30 @@ def test_the_engine_never_re_renders_the_history(smollm2_tokenizer, monkeypatch)
     assert len(traj.turns) == 4 and len(traj.messages) >= 9  # the history grew ...
     assert max(sizes) <= 5  # ... but no render ever saw more than the anchor, one turn and its env messages
     check_trajectory(traj, smollm2_tokenizer)
+
+
+def test_tool_schemas_and_exact_mask_values(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A"},
+        {"role": "tool", "content": "R"},
+        {"role": "assistant", "content": "B"},
+    ]
+    row = tokenize_chat(ChatTokenizer(tok), msgs, tools)
+    whole = tok.apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=True)["input_ids"]
+    assert row.input_ids == whole and len(whole) > len(tokenize_chat(ChatTokenizer(tok), msgs).input_ids)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    a, b = tok("A", add_special_tokens=False)["input_ids"], tok("B", add_special_tokens=False)["input_ids"]
+    taught = [i for i, m in enumerate(row.assistant_masks) if m]
+    first, second = taught[0], taught[len(a) + 1]  # two runs of model ids: content + <|im_end|>
+    mask = [0] * len(row.input_ids)
+    mask[first : first + len(a) + 1] = [1] * (len(a) + 1)
+    mask[second : second + len(b) + 1] = [1] * (len(b) + 1)
+    assert row.assistant_masks == mask and second > first + len(a) + 1  # 1 and 0 exactly, env ids between
+    assert row.input_ids[first : first + len(a) + 1] == [*a, end]
+    assert row.input_ids[second : second + len(b) + 1] == [*b, end]
+    with pytest.raises(ValueError, match="the chat has no assistant message to learn from"):
+        tokenize_chat(ChatTokenizer(tok), msgs[:2])

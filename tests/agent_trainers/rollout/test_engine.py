@@ -206,3 +206,33 @@ def test_on_episode_end_reports_each_episode_once_in_finishing_order(smollm2_tok
     trajs = rollout(policy, LOOKUP_ID, task_indices=[1, 0], on_episode_end=finished.append)
     assert [t.task_index for t in finished] == [1, 0]  # task 1 answered at once, task 0 after a lookup
     assert [id(t) for t in finished] == [id(trajs[0]), id(trajs[1])]
+
+
+def test_env_tokens_that_overrun_the_budget_end_the_episode_unless_it_is_over(smollm2_tokenizer):
+    def play(budget):
+        policy = ScriptedPolicy(smollm2_tokenizer, [CALL, "<answer>Paris</answer>"])
+        (t,) = rollout(policy, LOOKUP_ID, task_indices=[0], config=RolloutConfig(max_total_tokens=budget))
+        return t
+
+    full = play(4096)
+    p, first, second = len(full.prompt_ids), full.turns[0], full.turns[1]
+    assert full.stop_reason == "answer" and second.env_end > second.end  # the template closes the answer turn
+    # the first turn's env tokens fit exactly: kept; then no room is left for another turn
+    t = play(p + first.env_end)
+    assert t.completion_ids == full.completion_ids[: first.env_end] and t.turns[0].env_end == first.env_end
+    assert t.stop_reason == "token_budget" and t.truncated and len(t.turns) == 1
+    # one token short: the env's tokens are dropped, the step's reward is kept, the episode ends there
+    t = play(p + first.env_end - 1)
+    assert t.completion_ids == full.completion_ids[: first.end] and t.loss_mask == [1] * first.end
+    assert (t.stop_reason, t.truncated, t.terminated, len(t.turns)) == ("token_budget", True, False, 1)
+    assert t.turns[0].env_end == first.end and t.turns[0].reward == full.turns[0].reward
+    check_trajectory(t, smollm2_tokenizer)
+    # the answer's closing tokens do not fit, but the answer ended the episode anyway
+    t = play(p + second.end)
+    assert (t.stop_reason, t.terminated, t.truncated) == ("answer", True, False)
+    assert t.completion_ids == full.completion_ids[: second.end] and t.turns[1].env_end == second.end
+
+
+def test_a_model_turn_the_env_never_saw_is_kept_as_its_content(smollm2_tokenizer):
+    (t,) = rollout(ScriptedPolicy(smollm2_tokenizer, ["I am not sure."]), "Test/Broken-v0", task_indices=[0])
+    assert t.stop_reason == "env_error" and t.messages[-1] == {"role": "assistant", "content": "I am not sure."}
