@@ -55,7 +55,7 @@ DEMO_SETTINGS: dict[str, Any] = {
         "steps": 8,
         "num_generations": 4,
         "prompts_per_step": 1,
-        "learning_rate": 2e-5,
+        "learning_rate": 1e-4,
         "advantage": "turn",
         "save_steps": 4,
     },
@@ -159,9 +159,15 @@ def _report(config: TrainConfig) -> list[str]:
     if "final" in runs and ("after_sft" in runs or "before" in runs):
         base = runs.get("after_sft") or runs["before"]
         lines.append(change_statement(f"RL ({config.rl.steps} {config.algorithm} steps)", runs["final"], base))
-    rewards = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("stage") == "rl" and "reward" in r]
-    if rewards:
-        lines.append("RL train reward per step: " + ", ".join(f"{r['step']}: {r['reward']:.3f}" for r in rewards))
+    steps = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("stage") == "rl" and "reward" in r]
+    if steps:
+        lines.append("RL train reward per step: " + ", ".join(f"{r['step']}: {r['reward']:.3f}" for r in steps))
+    times = [r["step_time"] for r in steps if "step_time" in r]
+    if times:
+        lines.append(
+            f"RL step wall time: mean {sum(times) / len(times):.1f} s/step over {len(times)} steps "
+            f"(min {min(times):.1f}, max {max(times):.1f})"
+        )
     for line in lines:
         print(line)
     text = comparison_markdown(list(runs.values())) + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
