@@ -93,7 +93,7 @@ class RunState:
         c = self.config
         was_training = model.training
         model.eval()
-        policy = TransformersPolicy(model, self.tokenizer, batch_size=8, seed=c.seed)
+        policy = TransformersPolicy(model, self.tokenizer, batch_size=c.eval.batch_size, seed=c.seed)
         spec = EvalSpec(
             c.env.id,
             Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
@@ -103,6 +103,7 @@ class RunState:
             seed=EVAL_SEED,
             rollout=dataclasses.replace(c.rollout, temperature=c.eval.temperature),
             label=phase_label(phase, c),
+            chunk_size=c.eval.batch_size,
         )
         with _own_rng():
             run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)

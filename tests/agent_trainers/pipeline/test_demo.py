@@ -75,7 +75,7 @@ def test_the_demo_report(tmp_path, smollm2_tokenizer, capsys):
     assert sft.endswith("(vs before; 8 questions, 8 answers changed)")
     # 2 of 8 fixed: EM +0.25, but a resample without either fixed question has probability (6/8)^8 = 10%
     assert rl.startswith(
-        "RL (8 grpo steps) changed no metric measurably (every 95% interval includes 0; f1 +0.250 [+0.000, "
+        "RL (6 grpo steps) changed no metric measurably (every 95% interval includes 0; f1 +0.250 [+0.000, "
     )
     assert rl.endswith("(vs after_sft; 8 questions, 2 answers changed)")
     assert rewards == "RL train reward per step: 1: 0.250, 2: 0.500"
