@@ -96,10 +96,11 @@ class BanditEnv(ProceduralEnv[BanditTask]):
         num_tasks: Distinct tasks (arm orders).
         task_seed: Selects the family: which arm pays, and the orders.
         **kwargs: Passed to :class:`~agent_gym.envs.procedural.ProceduralEnv` (``reward``,
-            ``reward_weights``, ``action_format``, ...). The answer is scored by ``em``.
+            ``reward_weights``, ``action_format``, ...). The answer is scored by ``em``. Tasks have
+            no gold evidence, so ``shaping_gamma`` is refused.
 
     Raises:
-        ValueError: Bad arms or win rate.
+        ValueError: Bad arms or win rate, or a ``shaping_gamma``.
     """
 
     id_prefix = "bandit"
@@ -120,6 +121,11 @@ class BanditEnv(ProceduralEnv[BanditTask]):
             raise ValueError(f"win_rate must lie in [0.5, 1] (got {win_rate})")
         if answer_metric != "em":
             raise ValueError(f"Bandit-v0 scores answers by 'em' only (got answer_metric={answer_metric!r})")
+        if kwargs.get("shaping_gamma") is not None:
+            raise ValueError(
+                "Bandit-v0 has no gold evidence, so there is no potential to shape (got "
+                f"shaping_gamma={kwargs['shaping_gamma']!r}; leave it None)"
+            )
         super().__init__(num_tasks=num_tasks, answer_metric=answer_metric, **kwargs)
         self.arms, self.win_rate = arms, float(win_rate)
         self.paying_arm = random.Random(f"bandit/{self.task_seed}").choice(arms)

@@ -195,10 +195,7 @@ def rollout(
     episodes = _make_episodes(
         chat, env_id, task_indices, group_size, seed, dict(env_kwargs or {}), cfg, make_env or gym.make
     )
-    bar = progress
-    if progress is True:
-        spec = getattr(episodes[0].env, "spec", None) if episodes else None
-        bar = RolloutProgress(len(episodes), spec.max_episode_steps if spec is not None else None)
+    bar = _progress_bar(episodes) if progress is True else progress
     done = _Notifier(episodes, on_episode_end, bar if isinstance(bar, RolloutProgress) else None)
     try:
         if token_mode:
@@ -206,14 +203,25 @@ def rollout(
         else:
             _play_text(policy, episodes, cfg, done)
     finally:
-        if isinstance(policy, SessionPolicy):
-            policy.end_sessions(episodes)
-        for ep in episodes:
-            if ep.traj.stop_reason != StopReason.TOOL_TIMEOUT:
-                ep.env.close()
-        if progress is True and isinstance(bar, RolloutProgress):
-            bar.close()
+        _clean_up(policy, episodes, bar if progress is True else None)
     return [ep.traj for ep in episodes]
+
+
+def _progress_bar(episodes: list[_Episode]) -> RolloutProgress:
+    """A bar over the episodes' turns (the turn limit from the env's spec, when it has one)."""
+    spec = getattr(episodes[0].env, "spec", None) if episodes else None
+    return RolloutProgress(len(episodes), spec.max_episode_steps if spec is not None else None)
+
+
+def _clean_up(policy: Any, episodes: list[_Episode], own_bar: Any) -> None:
+    """Free the policy's sessions, close every env (not one whose tool timed out: its thread may still run it)."""
+    if isinstance(policy, SessionPolicy):
+        policy.end_sessions(episodes)
+    for ep in episodes:
+        if ep.traj.stop_reason != StopReason.TOOL_TIMEOUT:
+            ep.env.close()
+    if isinstance(own_bar, RolloutProgress):
+        own_bar.close()
 
 
 class _Notifier:
