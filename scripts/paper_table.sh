@@ -55,5 +55,6 @@ for method in closed-book naive-rag base-tool-call agent; do
     [ -f "$out/$name-$method/summary.json" ] && folders+=("$out/$name-$method")
   done
 done
-.venv/bin/agent-r1 report "${folders[@]}" --in-domain hotpotqa --out "$out"
+.venv/bin/agent-r1 report "${folders[@]}" --in-domain hotpotqa --out "$out"            # EM: table3.md, table3.csv
+.venv/bin/agent-r1 report "${folders[@]}" --in-domain hotpotqa --metric f1 --out "$out/f1"
 echo "[paper_table] total $(( $(date +%s) - start )) s"

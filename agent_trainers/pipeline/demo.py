@@ -49,17 +49,17 @@ DEMO_SETTINGS: dict[str, Any] = {
         "eval_kwargs": {"data_path": SHARED_PREFIX + "hotpotqa/dev_distractor_sample_a_300.jsonl", **_ENV},
     },
     "rollout": {"max_turns": 4, "max_new_tokens_per_turn": 40, "max_total_tokens": 1280, "temperature": 1.0},
-    "sft": {"enabled": True, "episodes": 24, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
+    "sft": {"enabled": True, "episodes": 16, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
     "rl": {
         "enabled": True,
-        "steps": 8,
+        "steps": 6,
         "num_generations": 4,
         "prompts_per_step": 1,
-        "learning_rate": 2e-5,
+        "learning_rate": 1e-4,
         "advantage": "turn",
-        "save_steps": 4,
+        "save_steps": 3,
     },
-    "eval": {"tasks": 30, "temperature": 0.0, "every": 0},
+    "eval": {"tasks": 30, "temperature": 0.0, "every": 0, "batch_size": 32},
 }
 """The demo's configuration (``configs/demo.yaml`` holds the same values)."""
 
@@ -119,7 +119,7 @@ def _baselines(config: TrainConfig, resume: bool) -> None:
 
     model, tok = load_model(config.model.name, device=config.device, seed=config.seed)
     model.eval()
-    policy = TransformersPolicy(model, tok, batch_size=8, seed=config.seed)
+    policy = TransformersPolicy(model, tok, batch_size=config.eval.batch_size, seed=config.seed)
     rollout = dataclasses.replace(config.rollout, temperature=config.eval.temperature)
     for method in (Method.CLOSED_BOOK, Method.NAIVE_RAG):
         spec = EvalSpec(
@@ -131,6 +131,7 @@ def _baselines(config: TrainConfig, resume: bool) -> None:
             seed=EVAL_SEED,
             rollout=rollout,
             label={Method.CLOSED_BOOK: "closed-book", Method.NAIVE_RAG: "naive RAG"}[method],
+            chunk_size=config.eval.batch_size,
         )
         run_eval(spec, policy, Path(config.output_dir) / "eval" / str(method), resume=resume)
 
@@ -159,9 +160,15 @@ def _report(config: TrainConfig) -> list[str]:
     if "final" in runs and ("after_sft" in runs or "before" in runs):
         base = runs.get("after_sft") or runs["before"]
         lines.append(change_statement(f"RL ({config.rl.steps} {config.algorithm} steps)", runs["final"], base))
-    rewards = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("stage") == "rl" and "reward" in r]
-    if rewards:
-        lines.append("RL train reward per step: " + ", ".join(f"{r['step']}: {r['reward']:.3f}" for r in rewards))
+    steps = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("stage") == "rl" and "reward" in r]
+    if steps:
+        lines.append("RL train reward per step: " + ", ".join(f"{r['step']}: {r['reward']:.3f}" for r in steps))
+    times = [r["step_time"] for r in steps if "step_time" in r]
+    if times:
+        lines.append(
+            f"RL step wall time: mean {sum(times) / len(times):.1f} s/step over {len(times)} steps "
+            f"(min {min(times):.1f}, max {max(times):.1f})"
+        )
     for line in lines:
         print(line)
     text = comparison_markdown(list(runs.values())) + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"

@@ -38,7 +38,7 @@ from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 from agent_trainers.rollout.export import trajectory_from_dict
 
-__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "train_tasks"]
+__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "rl_step_line", "train_tasks"]
 
 EVAL_SEED = 12345
 """Env seed of every evaluation (tool noise), so evaluations are comparable."""
@@ -93,7 +93,7 @@ class RunState:
         c = self.config
         was_training = model.training
         model.eval()
-        policy = TransformersPolicy(model, self.tokenizer, batch_size=8, seed=c.seed)
+        policy = TransformersPolicy(model, self.tokenizer, batch_size=c.eval.batch_size, seed=c.seed)
         spec = EvalSpec(
             c.env.id,
             Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
@@ -103,6 +103,7 @@ class RunState:
             seed=EVAL_SEED,
             rollout=dataclasses.replace(c.rollout, temperature=c.eval.temperature),
             label=phase_label(phase, c),
+            chunk_size=c.eval.batch_size,
         )
         with _own_rng():
             run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)
@@ -178,17 +179,38 @@ def run_sft_stage(state: RunState) -> None:
 
 
 # ---------------------------------------------------------------------- RL
+def rl_step_line(step: int, max_steps: int, step_times: list[float], reward: float | None) -> str:
+    """One progress line per RL step: its wall time, the mean so far, the train reward and the ETA.
+
+    Example:
+        >>> rl_step_line(2, 8, [90.0, 70.0], 0.25)
+        'RL step 2/8: 70.0 s (mean 80.0 s/step), train reward 0.250, ETA 8.0 min'
+    """
+    mean = sum(step_times) / len(step_times)
+    shown = "absent" if reward is None else f"{reward:.3f}"
+    eta = (max_steps - step) * mean / 60
+    return (
+        f"RL step {step}/{max_steps}: {step_times[-1]:.1f} s (mean {mean:.1f} s/step), "
+        f"train reward {shown}, ETA {eta:.1f} min"
+    )
+
+
 class _RLCallback(TrainerCallback):
-    """Logs the trainer's metrics to ``metrics.jsonl`` and evaluates every ``eval.every`` steps."""
+    """Logs the metrics to ``metrics.jsonl``, prints each step's time, evaluates every ``eval.every`` steps."""
 
     def __init__(self, state: RunState, trainer: Any):
         self.state, self.trainer = state, trainer
+        self.step_times: list[float] = []
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         numeric = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
         self.state.log.write(
             {**numeric, "stage": "rl", "algorithm": str(self.state.config.algorithm), "step": int(state.global_step)}
         )
+        if "step_time" in numeric and is_main_process():
+            self.step_times.append(numeric["step_time"])
+            line = rl_step_line(int(state.global_step), int(state.max_steps), self.step_times, numeric.get("reward"))
+            print(line, flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         every = self.state.config.eval.every

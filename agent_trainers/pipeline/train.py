@@ -14,6 +14,7 @@ Everything a run produces goes under ``config.output_dir``::
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,12 @@ def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequen
     state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
     state.callbacks = list(callbacks)
     state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None
-    for stage in STAGES:
-        if stage.enabled(state):
-            stage.run(state)
+    start = time.perf_counter()
+    for i, stage in enumerate(STAGES, 1):
+        if not stage.enabled(state):  # decided in turn: eval_after_sft depends on what sft did
+            continue
+        if main:
+            minutes = (time.perf_counter() - start) / 60
+            print(f"[train] stage {i}/{len(STAGES)}: {stage.name} ({minutes:.1f} min in)", flush=True)
+        stage.run(state)
     return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)

@@ -51,7 +51,14 @@ def test_train_writes_metrics_plots_checkpoints_tensorboard_and_resumes(tmp_path
     rl = [r for r in records(tmp_path) if r["stage"] == "rl" and "reward" in r]
     assert [r["step"] for r in rl] == [1, 2] and {r["algorithm"] for r in rl} == {"grpo"}
     assert any(r["stage"] == "sft" and "loss" in r for r in records(tmp_path))
-    assert "after_sft" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert (
+        "after_sft" in printed
+        and "[train] stage 2/5: sft (" in printed
+        and "[train] stage 3/5: eval_after_sft" in printed
+    )
+    assert all(r["step_time"] > 0 for r in rl)  # every RL step's wall time is logged and printed
+    assert "RL step 1/2: " in printed and "RL step 2/2: " in printed and "ETA 0.0 min" in printed
     # resume with one more step: SFT is reloaded, RL continues from checkpoint-2
     assert main(["train", "--config", str(write_config(tmp_path, 3)), "--resume"]) == 0
     assert [r["phase"] for r in records(tmp_path) if r["stage"] == "eval"][4:] == ["final"]

@@ -9,6 +9,7 @@ import pytest
 from agent_trainers.evaluation import EvalSpec, Method, run_eval
 from agent_trainers.pipeline.config import config_from_dict
 from agent_trainers.pipeline.demo import DEMO_SETTINGS, SHARED_PREFIX, _report, resolve_data, run_demo
+from agent_trainers.pipeline.stages import rl_step_line
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.evaluation.conftest import HOTPOT, TEST_SPLIT, PromptScripted, search_call
 
@@ -59,25 +60,37 @@ def test_the_demo_report(tmp_path, smollm2_tokenizer, capsys):
     (tmp_path / "final").mkdir()
     smollm2_tokenizer.save_pretrained(tmp_path / "final")
     (tmp_path / "metrics.jsonl").write_text(
-        "".join(json.dumps({"stage": "rl", "step": s, "reward": r}) + "\n" for s, r in [(1, 0.25), (2, 0.5)])
+        "".join(
+            json.dumps({"stage": "rl", "step": s, "reward": r, "step_time": t}) + "\n"
+            for s, r, t in [(1, 0.25, 80.0), (2, 0.5, 110.0)]
+        )
     )
     config = config_from_dict({**DEMO_SETTINGS, "output_dir": str(tmp_path)})
     lines = _report(config)
     out = capsys.readouterr().out
     assert "closed-book" in out and "naive RAG" not in out  # rows of the folders that exist, in order
-    sft, rl, rewards = lines
+    sft, rl, rewards, times = lines
     assert sft.startswith("SFT changed em +0.500 [+0.125, +0.875], f1 +0.500 [+0.125, +0.875]")
     assert "answer_rate +1.000 [+1.000, +1.000], tool_call_rate +1.000" in sft
     assert sft.endswith("(vs before; 8 questions, 8 answers changed)")
     # 2 of 8 fixed: EM +0.25, but a resample without either fixed question has probability (6/8)^8 = 10%
     assert rl.startswith(
-        "RL (8 grpo steps) changed no metric measurably (every 95% interval includes 0; f1 +0.250 [+0.000, "
+        "RL (6 grpo steps) changed no metric measurably (every 95% interval includes 0; f1 +0.250 [+0.000, "
     )
     assert rl.endswith("(vs after_sft; 8 questions, 2 answers changed)")
     assert rewards == "RL train reward per step: 1: 0.250, 2: 0.500"
+    assert times == "RL step wall time: mean 95.0 s/step over 2 steps (min 80.0, max 110.0)"
     table = (tmp_path / "eval" / "table.md").read_text()
     assert table.splitlines()[0].startswith("| method | em | f1 |") and "- SFT changed em" in table
     assert (tmp_path / "view.html").stat().st_size > 10_000
+
+
+def test_the_rl_step_line_has_the_mean_and_eta():
+    assert (
+        rl_step_line(1, 8, [130.0], 0.1) == "RL step 1/8: 130.0 s (mean 130.0 s/step), train reward 0.100, ETA 15.2 min"
+    )
+    line = rl_step_line(3, 4, [60.0, 90.0, 120.0], None)
+    assert line == "RL step 3/4: 120.0 s (mean 90.0 s/step), train reward absent, ETA 1.5 min"
 
 
 @pytest.mark.slow
@@ -91,5 +104,6 @@ def test_the_quick_demo_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, one_
     assert run_demo(config_path=str(config), quick=True) == 0
     out = capsys.readouterr().out
     assert "total time" in out and "RL (1 grpo steps)" in out and "viewer:" in out
+    assert "RL step 1/1: " in out and "RL step wall time: mean " in out
     assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir() if p.is_dir()) == [
         "after_sft", "before", "closed-book", "final", "naive-rag"]  # fmt: skip
