@@ -55,7 +55,7 @@ DEMO_SETTINGS: dict[str, Any] = {
         "steps": 6,
         "num_generations": 4,
         "prompts_per_step": 1,
-        "learning_rate": 1e-4,
+        "learning_rate": 3e-5,
         "advantage": "turn",
         "save_steps": 3,
     },
