@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,3 +105,15 @@ class LookupEnv(ToolEnv[Capital]):
 @pytest.fixture
 def lookup_env() -> LookupEnv:
     return LookupEnv()
+
+
+class SlowLookupEnv(LookupEnv):
+    """LookupEnv whose every step first sleeps ``latency_s`` seconds (a slow tool)."""
+
+    def __init__(self, latency_s: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.latency_s = latency_s
+
+    def step(self, action: str):
+        time.sleep(self.latency_s)
+        return super().step(action)

@@ -9,7 +9,6 @@ reason); ``Test/SlowLookup-v0`` sleeps ``latency_s`` in every step;
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -18,23 +17,11 @@ import torch
 
 from agent_gym.envs import _STOP_REASON
 from agent_trainers.policies import load_tokenizer, tiny_random_model
-from tests.conftest import LookupEnv
+from tests.conftest import LookupEnv, SlowLookupEnv
 
 LOOKUP_ID = "Test/Lookup-v0"
 SLOW_LOOKUP_ID = "Test/SlowLookup-v0"
 UNEVEN_ID = "Test/UnevenLookup-v0"
-
-
-class SlowLookupEnv(LookupEnv):
-    """LookupEnv whose every step takes ``latency_s`` seconds (a slow tool)."""
-
-    def __init__(self, latency_s: float = 0.1, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.latency_s = latency_s
-
-    def step(self, action: str):
-        time.sleep(self.latency_s)
-        return super().step(action)
 
 
 class UnevenLookupEnv(LookupEnv):

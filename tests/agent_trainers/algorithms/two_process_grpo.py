@@ -18,36 +18,14 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from agent_gym.core.parsing import make_parser
 from agent_trainers.algorithms.grpo import AgentGRPOTrainer
 from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
 from agent_trainers.algorithms.trl_args import make_grpo_config
-from agent_trainers.policies import FinishReason, Generation, tiny_random_model
+from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig, trajectory_to_dict
+from tests.agent_trainers.algorithms.test_grpo import ScriptedLookup
 from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.conftest import CAPITALS
-
-PARSER = make_parser("tool_call")
-
-
-class Lookup:
-    """Looks the capital up, then answers right on even rows of a batch and wrong on odd ones (groups are adjacent)."""
-
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
-
-    def generate(self, prompts: list[list[int]], params: Any) -> list[Generation]:
-        out = []
-        for row, ids in enumerate(prompts):
-            text = self.tokenizer.decode(ids)
-            country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
-            if f"The capital of {country.country} is" in text:
-                action = f"<answer>{country.capital if row % 2 == 0 else 'Atlantis'}</answer>"
-            else:
-                action = PARSER.format_call("lookup", {"country": country.country})
-            tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-            out.append(Generation(tokens, [-1.0] * len(tokens), FinishReason.STOP))
-        return out
 
 
 class Recorder(AgentGRPOTrainer):
@@ -84,7 +62,7 @@ def main() -> None:
     fn = EnvRolloutFunc(
         rows,
         config=RolloutConfig(max_new_tokens_per_turn=24, max_total_tokens=1024),
-        policy_factory=lambda m, t, s: Lookup(t),
+        policy_factory=lambda m, t, s: ScriptedLookup(t),
     )
     config = make_grpo_config(
         device="cpu", output_dir=str(Path(args.out) / "trainer"), max_steps=args.steps, learning_rate=1e-2,

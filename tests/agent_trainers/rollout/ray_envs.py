@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import gymnasium as gym
 
 from agent_gym.envs import _STOP_REASON
-from tests.conftest import LookupEnv
+from tests.conftest import SlowLookupEnv
 
 SLOW_ID = "Test/RaySlowLookup-v0"
-
-
-class SlowLookupEnv(LookupEnv):
-    """LookupEnv whose every step first sleeps ``latency_s`` seconds."""
-
-    def __init__(self, latency_s: float = 0.1, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.latency_s = latency_s
-
-    def step(self, action: str):
-        time.sleep(self.latency_s)
-        return super().step(action)
 
 
 def register() -> None:
