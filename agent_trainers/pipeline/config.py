@@ -131,6 +131,10 @@ class RLConfig(_Section):
     """G: rollouts per task (the group; TRL's GRPOTrainer needs at least 2)."""
     prompts_per_step: int = Field(default=2, ge=1)
     """Tasks per step; a step plays ``prompts_per_step * num_generations`` episodes."""
+    micro_batch: int = Field(default=1, ge=1)
+    """Rollouts per forward/backward pass (gradients accumulate over a step's passes); must divide
+    ``prompts_per_step * num_generations``. ``num_generations`` puts a whole group in one pass, so the
+    task's prompt is run once for all its rollouts (more memory, less compute). ``ppo`` has ``ppo.micro_batch_size``."""
     learning_rate: float = Field(default=1e-5, gt=0)
     """AdamW learning rate."""
     beta: float = Field(default=0.0, ge=0)
@@ -224,6 +228,12 @@ class TrainConfig(_Section):
         need = estimator.min_group_size if estimator else 1
         if rl.enabled and rl.num_generations < need:
             raise ValueError(f"rl.num_generations must be >= {need} for {self.algorithm} (got {rl.num_generations})")
+        episodes = rl.num_generations * rl.prompts_per_step
+        if rl.enabled and episodes % rl.micro_batch:
+            raise ValueError(
+                f"rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got {rl.micro_batch} "
+                f"and {episodes})"
+            )
         if self.eval.every and rl.enabled and rl.steps % self.eval.every:
             raise ValueError(f"rl.steps must be divisible by eval.every (got {rl.steps} and {self.eval.every})")
         if self.sft.enabled and self.sft.episodes < self.sft.batch_size:

@@ -50,6 +50,10 @@ def test_toml_and_overrides(tmp_path):
         ({"rl": {"num_generations": 1}}, "rl.num_generations: Input should be greater than or equal to 2 (got 1)"),
         ({"rl": {"steps": 6}, "eval": {"every": 4}}, "rl.steps must be divisible by eval.every (got 6 and 4)"),
         ({"rl": {"gamma": 1.5}}, "rl.gamma: Input should be less than or equal to 1 (got 1.5)"),
+        (
+            {"rl": {"micro_batch": 3}},
+            "rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got 3 and 8)",
+        ),
         ({"rollout": {"max_new_tokens_per_turn": 64, "max_total_tokens": 32}}, "max_total_tokens must exceed"),
         ({"rollout": {"temperature": -1}}, "rollout: temperature must be >= 0 (got -1.0)"),
         ({"sft": {"enabled": False}, "rl": {"enabled": False}}, "enable at least one stage"),
