@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from agent_gym.core.env import ToolEnv
 from agent_gym.core.history import ToolResult
+from agent_gym.core.rubric import RewardTerm, Rubric
 from agent_gym.core.tool import Tool, ToolContext
 from agent_gym.rewards import make_rubric
 
@@ -100,6 +101,15 @@ class LookupEnv(ToolEnv[Capital]):
         if state.found >= state.evidence and last.ok:
             return self.parser.format_answer(state.task.capital)
         return self.parser.format_call("lookup", {"country": state.task.country})
+
+
+def _sampled_text_reward(t) -> float:
+    return len(t.action.raw) % 7 / 7
+
+
+VARIED_REWARD_RUBRIC = Rubric([RewardTerm("text_length", _sampled_text_reward, bounds=(0.0, 1.0))])
+"""A rubric for RL tests on a random model: each turn earns ``len(text) % 7 / 7`` of what was sampled. A random
+model's turns are all malformed and would all earn the same reward, leaving RL nothing to learn from."""
 
 
 @pytest.fixture

@@ -11,21 +11,29 @@ take the KL in the reward, ``-beta * KL_t`` on every model token. From them,
 * ``outcome`` - one value per rollout: every token gets ``R[b]``;
 * ``turn`` - each token gets its return-to-go ``G[b, t]``: a turn is judged by
   what it and the turns after it earned (process rewards give earlier turns
-  their own signal).
+  their own signal). Baselines are per step: turn ``k`` of a rollout is compared
+  with turn ``k`` of the other rollouts of its group that reached it, each valued
+  at its first token. (Pooling every turn of a group into one baseline would not
+  do: a later turn has fewer rewards left to earn, so the last turn - the answer -
+  would be judged below average whatever it said, and a few updates teach the
+  policy to stop answering.) A turn no other member of its group reached has
+  nothing to be compared with and gets advantage 0 from the group estimators.
 
 Each estimator then applies its baseline and normalisation (``std`` is the
 sample standard deviation, Bessel-corrected, as in TRL; ``eps = 1e-4``):
 
 * ``grpo`` (Shao et al., 2024): ``(x - mean) / (std + eps)`` with mean and std
-  over the group's units - its ``G`` rollouts (outcome) or all turns of its
-  ``G`` rollouts, each turn once, valued at its first token (turn);
-  ``scale="batch"`` takes std over the batch, ``"none"`` only centres;
+  over the group's units - its ``G`` rollouts (outcome), or per step the turn
+  ``k`` values of the rollouts that reached turn ``k`` (turn);
+  ``scale="batch"`` takes std over every unit of the batch, ``"none"`` only centres;
 * ``rloo`` (Ahmadian et al., 2024): ``x - mean_{j != b} R[j]`` over the other
-  members of the group (leave-one-out baseline; needs ``G >= 2``);
+  members of the group (leave-one-out baseline; needs ``G >= 2``); per step in
+  turn mode;
 * ``reinforce_pp`` (Hu, 2025): ``(x - mean) / (std + eps)`` over *all model
-  tokens of the batch* (global batch normalisation, no group baseline);
+  tokens of the batch* (global batch normalisation, no group baseline; turn
+  mode keeps the published global normalisation of returns-to-go);
 * ``reinforce_pp_baseline``: ``x - mean_group R`` (the group mean of episode
-  returns), then the same global token-level normalisation.
+  returns; per step in turn mode), then the same global token-level normalisation.
 
 KL: ``grpo`` keeps TRL's KL term in the loss (``beta`` there). The three
 REINFORCE-family estimators put it in the reward instead, per token:
@@ -33,7 +41,9 @@ REINFORCE-family estimators put it in the reward instead, per token:
 log-probs and the frozen reference (the adapter computes it when ``beta > 0``).
 
 Values on env tokens follow the same rules (their return is what follows
-them); they matter only when the loss mask is switched off. Padding gets 0.
+them; in GRPO's turn mode a turn's env tokens share its advantage, as a step
+whose rewards are all equal has std 0); they matter only when the loss mask is
+switched off. Padding gets 0.
 Adding an estimator is one function decorated with :func:`register`.
 """
 
@@ -131,37 +141,69 @@ def _whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tenso
     return (values - picked.mean()) / (_std(picked) + eps)
 
 
-def _units(
-    values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, b: int, mode: AdvantageMode
-) -> torch.Tensor:
-    """The values a GRPO group is normalised over, for row ``b``: its return, or its turns' values."""
-    if mode is AdvantageMode.OUTCOME:
-        return returns[b : b + 1]
-    return values[b, batch.turn_starts[b]]
+def _steps(values: torch.Tensor, batch: RewardBatch, start: int, g: int) -> dict[int, dict[int, torch.Tensor]]:
+    """Turn ``k`` -> {row: value of its turn ``k`` at the turn's first token} over rows ``start .. start + g - 1``."""
+    steps: dict[int, dict[int, torch.Tensor]] = {}
+    for b in range(start, start + g):
+        for k, first in enumerate(batch.turn_starts[b]):
+            steps.setdefault(k, {})[b] = values[b, first]
+    return steps
+
+
+def _step_baselines(
+    values: torch.Tensor, batch: RewardBatch, *, leave_one_out: bool, scale: str = "none", eps: float = EPS
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token baseline, divisor and turn value of turn mode: each turn ``k`` against the group's turn ``k``.
+
+    Returns ``(baseline, divisor, turn_value)``, all ``(B, T)``; ``turn_value``
+    is the value of a token's turn at its first token (model and env tokens of
+    the turn alike). Tokens of a turn no other group member reached keep
+    ``baseline = turn_value = value`` (advantage 0). ``scale``: ``group``
+    divides by the step's std + eps, ``batch`` by the std of every unit of the
+    batch + eps, ``none`` by 1.
+    """
+    g, n = batch.group_size, values.shape[0]
+    baseline, divisor, turn_value = values.clone(), torch.ones_like(values), values.clone()
+    groups = [_steps(values, batch, start, g) for start in range(0, n, g)]
+    units = [v for steps in groups for step in steps.values() for v in step.values()]
+    batch_std = _std(torch.stack(units)) + eps if units else None
+    for steps in groups:
+        for k, step in steps.items():
+            if len(step) < 2:
+                continue
+            pooled = torch.stack(list(step.values()))
+            std = _std(pooled) + eps if scale == "group" else batch_std if scale == "batch" else 1.0
+            for b, v in step.items():
+                tokens = batch.turn_index[b] == k
+                mean = (pooled.sum() - v) / (len(step) - 1) if leave_one_out else pooled.mean()
+                baseline[b, tokens], divisor[b, tokens], turn_value[b, tokens] = mean, std, v
+    return baseline, divisor, turn_value
 
 
 @register(Algorithm.GRPO, kl_in_reward=False)
 def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
-    """Group-relative: centre (and scale) by the group's units."""
-    g, n = batch.group_size, values.shape[0]
-    out = torch.zeros_like(values)
-    every = torch.cat([_units(values, returns, batch, b, opts.mode) for b in range(n)])
-    for start in range(0, n, g):
-        pooled = torch.cat([_units(values, returns, batch, b, opts.mode) for b in range(start, start + g)])
-        if pooled.numel() == 0:
-            continue
-        centred = values[start : start + g] - pooled.mean()
-        if opts.scale == "none":
-            out[start : start + g] = centred
-        else:
-            std = _std(pooled) if opts.scale == "group" else _std(every)
-            out[start : start + g] = centred / (std + opts.eps)
-    return out
+    """Group-relative: centre (and scale) by the group's rollouts (outcome) or per step (turn)."""
+    if opts.mode is AdvantageMode.TURN:
+        baseline, divisor, turn_value = _step_baselines(
+            values, batch, leave_one_out=False, scale=opts.scale, eps=opts.eps
+        )
+        return (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
+    grouped = returns.view(-1, batch.group_size)
+    centred = values - grouped.mean(dim=1).repeat_interleave(batch.group_size)[:, None]
+    if opts.scale == "none":
+        return centred
+    if opts.scale == "group":
+        stds = torch.stack([_std(row) for row in grouped]).repeat_interleave(batch.group_size)
+    else:
+        stds = _std(returns).expand(returns.shape[0])
+    return centred / (stds[:, None] + opts.eps)
 
 
 @register(Algorithm.RLOO, kl_in_reward=True, min_group_size=2)
 def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
-    """Leave-one-out: subtract the mean episode return of the other group members."""
+    """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
+    if opts.mode is AdvantageMode.TURN:
+        return values - _step_baselines(values, batch, leave_one_out=True)[0]
     g = batch.group_size
     sums = returns.view(-1, g).sum(dim=1, keepdim=True)
     baseline = ((sums - returns.view(-1, g)) / (g - 1)).reshape(-1)
@@ -179,6 +221,8 @@ def reinforce_pp_baseline(
     values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options
 ) -> torch.Tensor:
     """Group-mean baseline, then global batch normalisation over model tokens."""
+    if opts.mode is AdvantageMode.TURN:
+        return _whiten(values - _step_baselines(values, batch, leave_one_out=False)[0], batch.model_mask, opts.eps)
     g = batch.group_size
     group_mean = returns.view(-1, g).mean(dim=1).repeat_interleave(g)
     return _whiten(values - group_mean[:, None], batch.model_mask, opts.eps)

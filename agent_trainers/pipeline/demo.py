@@ -37,7 +37,7 @@ directory, or the repository root (in that order)."""
 _ENV = {"top_k": 2, "max_passage_chars": 300}  # 2 passages of 300 characters per search: sized for 2 CPU cores
 DEMO_SETTINGS: dict[str, Any] = {
     "seed": 0,
-    "threads": 1,
+    "threads": "auto",
     "output_dir": "runs/demo",
     "algorithm": "grpo",
     "device": "auto",
@@ -55,7 +55,8 @@ DEMO_SETTINGS: dict[str, Any] = {
         "steps": 6,
         "num_generations": 4,
         "prompts_per_step": 1,
-        "learning_rate": 3e-5,
+        "micro_batch": 4,
+        "learning_rate": 1e-5,
         "advantage": "turn",
         "save_steps": 3,
     },

@@ -24,6 +24,15 @@ from typing import Any
 __all__ = ["add_parsers", "env_kwargs_from_args", "run_eval_command", "run_report_command", "run_view_command"]
 
 
+def _threads(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto' (got {value!r})") from None
+
+
 def _add_eval_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate a method (closed-book, naive-rag, base-tool-call, agent) on a dataset")
     ev.add_argument("--env", default="AgentR1/HotpotQA-v0", help="environment id (see `agent-r1 envs`)")
@@ -45,7 +54,12 @@ def _add_eval_parser(sub: Any) -> None:
     ev.add_argument("--label", help="row name in tables (default: the method, or 'agent (MODEL)')")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", default="auto", help="auto (a GPU when present), cpu or cuda")
-    ev.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    ev.add_argument(
+        "--threads",
+        type=_threads,
+        default=1,
+        help="torch CPU threads (0: torch's default; auto: the cores idle at start)",
+    )
     ev.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
     ev.add_argument("--chunk-size", type=int, default=16, help="questions played together")
     ev.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
@@ -112,12 +126,14 @@ def _policy(args: argparse.Namespace) -> Any:
         return OpenAIPolicy(args.base_url, args.api_model or args.model, api_key=os.environ.get(args.api_key_env))
     import torch
 
+    from agent_trainers.pipeline.processes import torch_threads
     from agent_trainers.pipeline.train import seed_everything
     from agent_trainers.policies import TransformersPolicy, load_model
 
     seed_everything(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = torch_threads(args.threads)
+    if threads:
+        torch.set_num_threads(threads)
     model, tok = load_model(args.model, device=args.device, seed=args.seed)
     model.eval()
     return TransformersPolicy(model, tok, batch_size=args.batch_size, seed=args.seed)

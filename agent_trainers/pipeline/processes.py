@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["is_main_process", "process_rank"]
+__all__ = ["idle_cores", "is_main_process", "process_rank", "torch_threads"]
 
 
 def process_rank() -> int:
@@ -23,3 +23,20 @@ def process_rank() -> int:
 def is_main_process() -> bool:
     """True on rank 0 (and in a plain single-process run)."""
     return process_rank() == 0
+
+
+def idle_cores() -> int:
+    """The CPU cores not busy right now: usable cores minus the 1-minute load average, at least 1.
+
+    Example: 2 cores with one other busy process (load 1.0) -> 1; an idle 2-core machine -> 2.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, cores - round(os.getloadavg()[0]))) if hasattr(os, "getloadavg") else cores
+
+
+def torch_threads(setting: int | str) -> int | None:
+    """The torch CPU thread count a ``threads`` setting asks for: ``"auto"`` -> :func:`idle_cores`, 0 -> None
+    (torch's default), else the number."""
+    if setting == "auto":
+        return idle_cores()
+    return int(setting) or None

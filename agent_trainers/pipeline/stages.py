@@ -247,7 +247,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         report_to=c.report_to,
         output_dir=str(state.out / "rl"),
         max_steps=r.steps,
-        **micro_batch_args(r.num_generations * r.prompts_per_step),  # one generation, trained a rollout at a time
+        **micro_batch_args(r.num_generations * r.prompts_per_step, r.micro_batch),  # one generation per step
         num_generations=r.num_generations,
         learning_rate=r.learning_rate,
         beta=r.beta,

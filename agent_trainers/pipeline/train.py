@@ -28,7 +28,7 @@ from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
 from agent_trainers.algorithms.evaluate import EvalResult
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
-from agent_trainers.pipeline.processes import is_main_process
+from agent_trainers.pipeline.processes import is_main_process, torch_threads
 from agent_trainers.pipeline.stages import STAGES, RunState
 from agent_trainers.policies.loader import load_model
 
@@ -92,8 +92,11 @@ def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequen
     if main:
         (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    threads = torch_threads(config.threads)
+    if threads:
+        torch.set_num_threads(threads)
+    if main and config.threads == "auto":
+        print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
     model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
     state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
     state.callbacks = list(callbacks)

@@ -74,27 +74,47 @@ def test_grpo_outcome_scaled_by_the_batch_std_or_not_at_all(batch):
     assert torch.allclose(got[:, 0], torch.tensor([0.3375, -0.3375, 0.5, -0.5]), atol=1e-6)
 
 
-def test_grpo_turn(batch):
-    # group 0 pools its turns' values [0.7, 1.0 | 0.025, 0.25, 0.5]: mean 0.495, std sqrt(0.578 / 4) = 0.380132
-    # group 1 pools [1 | 0, 0]: mean 1/3, std sqrt(1/3) = 0.577350
+def test_grpo_turn_compares_each_turn_with_the_same_turn_of_the_group(batch):
+    # group 0, turn 0: values [0.7 | 0.025], mean 0.3625, std 0.477297 -> (0.7 - 0.3625) / 0.477397 = 0.706959
+    #   (a turn's env tokens share its advantage)
+    # group 0, turn 1: [1.0 | 0.25], mean 0.625, std 0.530330 -> +-0.375 / 0.530430 = +-0.706973
+    # group 0, turn 2: only row 1 reached it -> 0.  Group 1, turn 0: [1 | 0] -> +-0.707007; turn 1: only row 3 -> 0
     expected = rows_of(
-        [0.539145, 0.539145, 0.013150, 1.328138, 1.328138, Z],
-        [-1.236089, -0.973091, -0.973091, -0.644344, -0.644344, 0.013150],
-        [1.154501] * 3 + [Z] * 3,
-        [-0.577250] * 4 + [Z] * 2,
+        [0.706959, 0.706959, 0.706959, 0.706973, 0.706973, Z],
+        [-0.706959, -0.706959, -0.706959, -0.706973, -0.706973, 0.0],
+        [0.707007] * 3 + [Z] * 3,
+        [-0.707007, -0.707007, 0.0, 0.0, Z, Z],
     )
     assert torch.allclose(adv(batch, "grpo", "turn"), expected, atol=1e-5)
+    # scale="batch": the std of all eight turn values [0.7, 1, 0.025, 0.25, 0.5, 1, 0, 0] = 0.429898 (+ eps)
+    got = adv(batch, "grpo", "turn", scale="batch")
+    assert torch.allclose(got[0, :4], torch.tensor([0.784892, 0.784892, 0.784892, 0.872102]), atol=1e-5)
+    assert torch.allclose(got[2, 0], torch.tensor(1.162802), atol=1e-5)
+
+
+def test_turn_mode_does_not_judge_the_last_turn_below_average_for_being_last():
+    # Every rollout searches (process reward 0.1) and then answers with the same score 0.5: the answer turns
+    # are all alike, so none of them may be pushed down. (Pooling all turns into one baseline gave every
+    # answer turn -0.79: the bias that taught the main job's agent to stop answering.)
+    rows = [traj([(0, 1, 2), (2, 3, 3)], [0.1, 0.5], [1, 0, 1]) for _ in range(4)]
+    b = reward_batch(rows, group_size=4, length=3)
+    for name in ("grpo", "rloo", "reinforce_pp_baseline"):
+        got = compute_advantages(b, name, mode="turn")
+        assert torch.allclose(got[b.model_mask], torch.zeros(8)), name  # the search and the answer tokens
 
 
 def test_rloo_subtracts_the_other_members_mean_return(batch):
     # baselines: row 0 <- R1 = 0.025, row 1 <- R0 = 0.7, row 2 <- R3 = 0, row 3 <- R2 = 1
     outcome = rows_of([0.675] * 5 + [Z], [-0.675] * 6, [1.0] * 3 + [Z] * 3, [-1.0] * 4 + [Z] * 2)
     assert torch.allclose(adv(batch, "rloo", "outcome"), outcome, atol=1e-6)
+    # turn: per step, the other member's value at the same turn; a turn no other member reached gets 0
+    # row 0: turn 0 <- 0.025, turn 1 <- 0.25; row 1: turn 0 <- 0.7, turn 1 <- 1.0, turn 2 -> 0;
+    # row 2: turn 0 <- 0; row 3: turn 0 <- 1, turn 1 -> 0
     turn = rows_of(
-        [0.675, 0.675, 0.475, 0.975, 0.975, Z],
-        [-0.675, -0.575, -0.575, -0.45, -0.45, -0.2],
+        [0.675, 0.675, 0.475, 0.75, 0.75, Z],
+        [-0.675, -0.575, -0.575, -0.75, -0.75, 0.0],
         [1.0, 1.0, 1.0, Z, Z, Z],
-        [-1.0, -1.0, -1.0, -1.0, Z, Z],
+        [-1.0, -1.0, 0.0, 0.0, Z, Z],
     )
     assert torch.allclose(adv(batch, "rloo", "turn"), turn, atol=1e-6)
 
@@ -119,11 +139,13 @@ def test_reinforce_pp_baseline_subtracts_the_group_mean_then_normalises_globally
     a = [0.713214, -0.832083, 1.085229, -1.204098]
     expected = rows_of([a[0]] * 5 + [Z], [a[1]] * 6, [a[2]] * 3 + [Z] * 3, [a[3]] * 4 + [Z] * 2)
     assert torch.allclose(adv(batch, "reinforce_pp_baseline", "outcome"), expected, atol=1e-5)
+    # turn: minus the group's mean value at the same turn -> model tokens [0.3375, 0.3375, 0.375, 0.375 |
+    # -0.3375, -0.375, 0 | 0.5 x3 | -0.5, 0, 0]: mean 0.131731, std 0.358004
     expected = rows_of(
-        [0.465236, 0.465236, 0.025377, 1.125025, 1.125025, Z],
-        [-1.019290, -0.799360, -0.799360, -0.524448, -0.524448, 0.025377],
-        [0.822622] * 3 + [Z] * 3,
-        [-1.376676] * 4 + [Z] * 2,
+        [0.574607, 0.574607, 0.016110, 0.679325, 0.679325, Z],
+        [-1.310319, -1.031071, -1.031071, -1.415037, -1.415037, -0.367856],
+        [1.028385] * 3 + [Z] * 3,
+        [-1.764097, -1.764097, -0.367856, -0.367856, Z, Z],
     )
     assert torch.allclose(adv(batch, "reinforce_pp_baseline", "turn"), expected, atol=1e-5)
 

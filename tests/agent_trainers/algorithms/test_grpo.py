@@ -16,7 +16,7 @@ from agent_trainers.algorithms.tensors import reward_batch
 from agent_trainers.algorithms.trl_args import make_grpo_config
 from agent_trainers.policies import FinishReason, Generation, tiny_random_model
 from agent_trainers.rollout import RolloutConfig
-from tests.conftest import CAPITALS, LookupEnv
+from tests.conftest import CAPITALS, VARIED_REWARD_RUBRIC, LookupEnv
 
 ENV_ID = "Test/GRPOLookup-v0"
 env_parser = make_parser("tool_call")
@@ -49,12 +49,22 @@ def scripted(model, tok, seed):
 
 
 def make_trainer(
-    tmp_path, algorithm="grpo", advantage="turn", factory=None, *, beta=0.0, loss_mask=True, tokens=24, gamma=1.0
+    tmp_path,
+    algorithm="grpo",
+    advantage="turn",
+    factory=None,
+    *,
+    beta=0.0,
+    loss_mask=True,
+    tokens=24,
+    gamma=1.0,
+    env_kwargs=None,
 ):
     model, tok = tiny_random_model()
     rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
     fn = EnvRolloutFunc(
         rows,
+        env_kwargs=env_kwargs or {},
         config=RolloutConfig(max_new_tokens_per_turn=tokens, max_total_tokens=1024),
         policy_factory=factory,
         loss_mask=loss_mask,
@@ -156,7 +166,9 @@ def test_loss_mask_switch_changes_exactly_the_mask(tmp_path, algorithm):
     ("algorithm", "beta"), [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0)]
 )
 def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
-    trainer = make_trainer(tmp_path, algorithm, "turn", tokens=8, beta=beta)  # the real TransformersPolicy
+    trainer = make_trainer(  # the real TransformersPolicy
+        tmp_path, algorithm, "turn", tokens=8, beta=beta, env_kwargs={"rubric": VARIED_REWARD_RUBRIC}
+    )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.state.global_step == 1

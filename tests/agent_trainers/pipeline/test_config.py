@@ -50,6 +50,10 @@ def test_toml_and_overrides(tmp_path):
         ({"rl": {"num_generations": 1}}, "rl.num_generations: Input should be greater than or equal to 2 (got 1)"),
         ({"rl": {"steps": 6}, "eval": {"every": 4}}, "rl.steps must be divisible by eval.every (got 6 and 4)"),
         ({"rl": {"gamma": 1.5}}, "rl.gamma: Input should be less than or equal to 1 (got 1.5)"),
+        (
+            {"rl": {"micro_batch": 3}},
+            "rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got 3 and 8)",
+        ),
         ({"rollout": {"max_new_tokens_per_turn": 64, "max_total_tokens": 32}}, "max_total_tokens must exceed"),
         ({"rollout": {"temperature": -1}}, "rollout: temperature must be >= 0 (got -1.0)"),
         ({"sft": {"enabled": False}, "rl": {"enabled": False}}, "enable at least one stage"),
@@ -75,3 +79,17 @@ def test_defaults_are_valid_and_round_trip():
     assert config_from_dict(config.to_dict()) == config
     assert config.algorithm is Algorithm.GRPO and config.device == "auto" and config.report_to == "none"
     assert TrainConfig.model_fields["rl"].description == "RL stage."  # field docstrings are the documentation
+
+
+@pytest.mark.parametrize(("load", "cores"), [(0.2, 2), (0.6, 1), (1.0, 1), (3.5, 1)])
+def test_threads_auto_takes_the_cores_idle_at_start(monkeypatch, load, cores):
+    from agent_trainers.pipeline import processes
+
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(processes.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert processes.torch_threads("auto") == cores
+    assert processes.torch_threads(0) is None and processes.torch_threads(3) == 3
+    assert config_from_dict({"threads": "auto"}).threads == "auto"
+    with pytest.raises(ValueError) as info:
+        config_from_dict({"threads": -1})
+    assert "threads.constrained-int: Input should be greater than or equal to 0 (got -1)" in one_line(info.value)

@@ -12,11 +12,11 @@ from transformers import TrainerCallback
 
 from agent_trainers.pipeline.config import config_from_dict
 from agent_trainers.pipeline.train import run_training
-from tests.conftest import LookupEnv
+from tests.conftest import VARIED_REWARD_RUBRIC, LookupEnv
 
 ENV_ID = "Test/ResumeLookup-v0"
 if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=3)
+    gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=3, kwargs={"rubric": VARIED_REWARD_RUBRIC})
 
 TIMING = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
 
