@@ -11,7 +11,8 @@
 #   bash scripts/paper_table.sh                      # everything (CPU-heavy: hours on 2 shared cores)
 #   METHODS="closed-book naive-rag" LIMIT=20 bash scripts/paper_table.sh
 # Environment: AGENT_R1_SHARED_DATA (default ../shared/data), AGENT (default runs/demo/final),
-# OUT (default runs/paper_table), LIMIT (default 100), METHODS (default all four).
+# OUT (default runs/paper_table), LIMIT (default 100), METHODS (default all four), THREADS (torch threads,
+# default 1; auto takes the cores idle at start).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,7 +22,7 @@ out="${OUT:-runs/paper_table}"
 limit="${LIMIT:-100}"
 methods="${METHODS:-closed-book naive-rag base-tool-call agent}"
 settings=(--limit "$limit" --env-kwargs '{"top_k": 2, "max_passage_chars": 300}' --max-turns 4
-          --max-new-tokens-per-turn 40 --max-total-tokens 1280 --temperature 0 --threads 1)
+          --max-new-tokens-per-turn 40 --max-total-tokens 1280 --temperature 0 --threads "${THREADS:-1}")
 datasets=(
   "hotpotqa AgentR1/HotpotQA-v0 hotpotqa/dev_distractor_sample_a_300.jsonl"
   "2wikimultihopqa AgentR1/2WikiMultihopQA-v0 2wikimultihopqa/dev_503.jsonl"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -213,9 +214,11 @@ def run_demo(
     _report(config)
     total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
     print(
         f"total time {total / 60:.1f} min (training and its evaluations {trained / 60:.1f} min); "
-        f"this process used {cpu / 60:.1f} min of CPU; load average {load} on {os.cpu_count()} cores"
+        f"this process used {cpu / 60:.1f} min of CPU, peak memory {peak_mb:,.0f} MB; "
+        f"load average {load} on {os.cpu_count()} cores"
     )
     print(f"metrics: {Path(config.output_dir) / 'metrics.jsonl'}; tables: {Path(config.output_dir) / 'eval'}")
     return 0

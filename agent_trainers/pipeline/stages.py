@@ -248,6 +248,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         output_dir=str(state.out / "rl"),
         max_steps=r.steps,
         **micro_batch_args(r.num_generations * r.prompts_per_step, r.micro_batch),  # one generation per step
+        gradient_checkpointing=r.gradient_checkpointing,
         num_generations=r.num_generations,
         learning_rate=r.learning_rate,
         beta=r.beta,
@@ -261,6 +262,8 @@ def run_trl_rl_stage(state: RunState) -> None:
         max_completion_length=c.rollout.max_total_tokens,
         **vllm_args(r),
     )
+    if not r.gradient_checkpointing and getattr(state.model, "is_gradient_checkpointing", False):
+        state.model.gradient_checkpointing_disable()  # left on by the SFT stage; TRL would keep it
     trainer = AgentGRPOTrainer(
         model=state.model,
         reward_funcs=[env_reward],

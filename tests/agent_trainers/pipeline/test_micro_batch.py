@@ -51,3 +51,28 @@ def test_micro_batches_of_one_and_of_a_group_give_the_same_step(tmp_path, one_th
     assert step_1["grad_norm"] > 0
     assert step_2["grad_norm"] == pytest.approx(step_1["grad_norm"], rel=1e-4)
     assert step_2["loss"] == pytest.approx(step_1["loss"], abs=1e-5)
+
+
+class Checkpointing(TrainerCallback):
+    """Records whether the RL trainer's model recomputes activations."""
+
+    def __init__(self):
+        self.seen = None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.seen = (args.gradient_checkpointing, model.is_gradient_checkpointing)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_rl_sets_gradient_checkpointing_whatever_sft_left(tmp_path, one_thread, on):
+    config = config_from_dict({
+        "seed": 3, "output_dir": str(tmp_path), "device": "cpu", "model": {"name": "tiny-random"},
+        "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
+        "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024},
+        "sft": {"episodes": 2, "batch_size": 2},  # TRL's SFT turns checkpointing on and leaves it on
+        "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "gradient_checkpointing": on},
+        "eval": {"tasks": 1, "every": 0, "before": False},
+    })  # fmt: skip
+    seen = Checkpointing()
+    run_training(config, callbacks=[seen])
+    assert seen.seen == (on, on)
