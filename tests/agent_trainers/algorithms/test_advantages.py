@@ -95,7 +95,7 @@ def test_grpo_turn_compares_each_turn_with_the_same_turn_of_the_group(batch):
 def test_turn_mode_does_not_judge_the_last_turn_below_average_for_being_last():
     # Every rollout searches (process reward 0.1) and then answers with the same score 0.5: the answer turns
     # are all alike, so none of them may be pushed down. (Pooling all turns into one baseline gave every
-    # answer turn -0.79: the bias that taught the main job's agent to stop answering.)
+    # answer turn -0.93 (GRPO; RLOO -0.1): the bias that taught the main job's agent to stop answering.)
     rows = [traj([(0, 1, 2), (2, 3, 3)], [0.1, 0.5], [1, 0, 1]) for _ in range(4)]
     b = reward_batch(rows, group_size=4, length=3)
     for name in ("grpo", "rloo", "reinforce_pp_baseline"):
