@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -91,6 +92,15 @@ def test_the_rl_step_line_has_the_mean_and_eta():
     )
     line = rl_step_line(3, 4, [60.0, 90.0, 120.0], None)
     assert line == "RL step 3/4: 120.0 s (mean 90.0 s/step), train reward absent, ETA 1.5 min"
+
+
+def test_the_demo_settings_with_and_without_quick_are_valid():
+    from agent_trainers.pipeline.demo import QUICK_OVERRIDES, _merge
+
+    full = config_from_dict(copy.deepcopy(DEMO_SETTINGS))
+    quick = config_from_dict(_merge(DEMO_SETTINGS, QUICK_OVERRIDES))
+    assert (full.rl.micro_batch, full.rl.num_generations) == (4, 4)
+    assert (quick.rl.micro_batch, quick.rl.num_generations, quick.rl.steps) == (2, 2, 1)
 
 
 @pytest.mark.slow
