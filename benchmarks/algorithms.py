@@ -66,6 +66,8 @@ class Args:
     """PPO's optimizer steps per pass."""
     ppo_critic: str = "value_head"
     """PPO's critic: ``value_head`` (on the policy's backbone) or ``separate`` (its own copy of the backbone)."""
+    ppo_critic_warmup_steps: int = 0
+    """PPO's first RL steps that train the critic alone (``ppo.critic_warmup_steps``)."""
     temperature: float = 0.7
     """Sampling temperature of training rollouts."""
     warmup_steps: int = 150
@@ -174,6 +176,7 @@ def _config(args: Args, algorithm: str) -> dict[str, Any]:
         "eval": {"tasks": args.eval_tasks, "every": 0, "before": algorithm == "grpo"},
         "ppo": {"critic": args.ppo_critic, "update_epochs": args.ppo_update_epochs,
                 "num_minibatches": args.ppo_num_minibatches, "micro_batch_size": 8,
+                "critic_warmup_steps": args.ppo_critic_warmup_steps,
                 "critic_learning_rate": args.critic_learning_rate},
     }  # fmt: skip
 

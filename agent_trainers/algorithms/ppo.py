@@ -405,6 +405,8 @@ class PPOTrainer:
             kl = (kl_k3(logp, batch.ref_logprobs[rows, :w]) * agent).sum() / tokens["agent"]
             loss = loss + a.kl_coef * kl
             parts["kl_loss"] = kl.item()
+        if self.state.global_step < a.critic_warmup_steps:  # critic warm-up: the value loss alone
+            loss = a.vf_coef * value_loss
         parts["loss"] = loss.item()
         return loss, parts
 

@@ -77,6 +77,10 @@ class PPOConfig:
     """Global gradient-norm clip."""
     critic_learning_rate: float | None = Field(default=None, gt=0)
     """Learning rate of the value head and critic backbone (``null``: ``rl.learning_rate``)."""
+    critic_warmup_steps: int = Field(default=0, ge=0)
+    """The first N RL steps train the critic only (the policy terms are left out of the loss), so that its
+    values have learnt the returns before its advantages steer the policy. With ``critic: value_head`` the
+    value loss still moves the shared backbone; ``separate`` keeps the policy fixed meanwhile."""
     target_kl: float | None = Field(default=None, gt=0)
     """Stop a step's epochs early once the mean approximate KL to the rollout policy exceeds this."""
     logit_chunk: int = Field(default=512, ge=1)
@@ -111,6 +115,10 @@ class PPOArgs(PPOConfig):
     """bf16 autocast (``null``: where the device supports it)."""
 
     def __post_init__(self) -> None:
+        if self.critic_warmup_steps >= self.steps:
+            raise ValueError(
+                f"ppo.critic_warmup_steps must be < the RL steps (got {self.critic_warmup_steps} and {self.steps})"
+            )
         episodes = self.num_generations * self.prompts_per_step
         if self.num_minibatches > episodes:
             raise ValueError(

@@ -247,3 +247,19 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
     assert float(loss) == pytest.approx(
         expected["policy_loss"] + 0.7 * plain + 0.5 * expected["kl_loss"], rel=1e-4, abs=1e-6
     )
+
+
+def test_critic_warmup_trains_the_critic_alone_then_the_policy(tmp_path, one_thread):
+    trainer = make_trainer(tmp_path, critic="separate", critic_warmup_steps=1, steps=2, update_epochs=1,
+                           num_minibatches=1)  # fmt: skip
+    agent = trainer.agent
+    policy = [p.detach().clone() for p in agent.policy.parameters()]
+    critic = [p.detach().clone() for p in agent.value_head.parameters()]  # zero-initialised: the head moves first
+    trainer.step()  # step 1 of 2: warm-up
+    trainer.state.global_step = 1
+    assert all(torch.equal(a, b) for a, b in zip(policy, agent.policy.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(critic, agent.value_head.parameters(), strict=True))
+    trainer.step()  # step 2: the policy trains too
+    assert any(not torch.equal(a, b) for a, b in zip(policy, agent.policy.parameters(), strict=True))
+    with pytest.raises(ValueError, match=r"critic_warmup_steps must be < the RL steps \(got 2 and 2\)"):
+        PPOArgs(steps=2, critic_warmup_steps=2)
