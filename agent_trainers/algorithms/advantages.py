@@ -151,7 +151,7 @@ def _steps(values: torch.Tensor, batch: RewardBatch, start: int, g: int) -> dict
 
 
 def _step_baselines(
-    values: torch.Tensor, batch: RewardBatch, *, leave_one_out: bool, scale: str = "none", eps: float = EPS
+    values: torch.Tensor, batch: RewardBatch, *, leave_one_out: bool, scale: str, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token baseline, divisor and turn value of turn mode: each turn ``k`` against the group's turn ``k``.
 
@@ -203,7 +203,7 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
 def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
     if opts.mode is AdvantageMode.TURN:
-        return values - _step_baselines(values, batch, leave_one_out=True)[0]
+        return values - _step_baselines(values, batch, leave_one_out=True, scale="none", eps=opts.eps)[0]
     g = batch.group_size
     sums = returns.view(-1, g).sum(dim=1, keepdim=True)
     baseline = ((sums - returns.view(-1, g)) / (g - 1)).reshape(-1)
@@ -222,7 +222,8 @@ def reinforce_pp_baseline(
 ) -> torch.Tensor:
     """Group-mean baseline, then global batch normalisation over model tokens."""
     if opts.mode is AdvantageMode.TURN:
-        return _whiten(values - _step_baselines(values, batch, leave_one_out=False)[0], batch.model_mask, opts.eps)
+        baseline = _step_baselines(values, batch, leave_one_out=False, scale="none", eps=opts.eps)[0]
+        return _whiten(values - baseline, batch.model_mask, opts.eps)
     g = batch.group_size
     group_mean = returns.view(-1, g).mean(dim=1).repeat_interleave(g)
     return _whiten(values - group_mean[:, None], batch.model_mask, opts.eps)

@@ -92,6 +92,20 @@ def test_grpo_turn_compares_each_turn_with_the_same_turn_of_the_group(batch):
     assert torch.allclose(got[2, 0], torch.tensor(1.162802), atol=1e-5)
 
 
+def test_grpo_turn_unscaled_and_a_batch_without_turns(batch):
+    # scale="none" only centres: turn 0 of group 0 by 0.3625, turn 1 by 0.625; group 1's turn 0 by 0.5
+    expected = rows_of(
+        [0.3375, 0.3375, 0.3375, 0.375, 0.375, Z],
+        [-0.3375, -0.3375, -0.3375, -0.375, -0.375, 0.0],
+        [0.5] * 3 + [Z] * 3,
+        [-0.5, -0.5, 0.0, 0.0, Z, Z],
+    )
+    assert torch.allclose(adv(batch, "grpo", "turn", scale="none"), expected, atol=1e-6)
+    empty = reward_batch([traj([], [], []), traj([], [], [])], group_size=2, length=0)
+    for scale in ("group", "batch", "none"):
+        assert compute_advantages(empty, "grpo", mode="turn", scale=scale).shape == (2, 0)
+
+
 def test_turn_mode_does_not_judge_the_last_turn_below_average_for_being_last():
     # Every rollout searches (process reward 0.1) and then answers with the same score 0.5: the answer turns
     # are all alike, so none of them may be pushed down. (Pooling all turns into one baseline gave every
