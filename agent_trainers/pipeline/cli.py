@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", default=None, help="where to write the run")
     demo.add_argument("--quick", action="store_true", help="a much shorter run (smoke test)")
     demo.add_argument("--resume", action="store_true")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     add_parsers(sub)
     return parser
 
@@ -117,7 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return commands[args.command](args)
         from agent_trainers.pipeline.demo import run_demo
 
-        return run_demo(config_path=args.config, output_dir=args.output_dir, quick=args.quick, resume=args.resume)
+        return run_demo(
+            config_path=args.config,
+            output_dir=args.output_dir,
+            quick=args.quick,
+            resume=args.resume,
+            overrides=_parse_set(args.set),
+        )
     except (ValueError, FileNotFoundError, KeyError) as err:
         print(f"agent-r1 {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 2

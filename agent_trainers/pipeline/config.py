@@ -48,6 +48,7 @@ __all__ = [
     "VLLMMode",
     "config_from_dict",
     "load_config",
+    "set_dotted",
 ]
 
 
@@ -283,7 +284,8 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     return TrainConfig.model_validate(data)
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data[a][b]... = value`` for the dotted key ``"a.b..."`` (an ``--set`` override), making sections."""
     node = data
     *parents, leaf = dotted.split(".")
     for p in parents:
@@ -319,5 +321,5 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the config must be a mapping (got {type(data).__name__})")
     for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
+        set_dotted(data, dotted, value)
     return config_from_dict(data)

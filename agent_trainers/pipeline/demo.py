@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config
+from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config, set_dotted
 
-__all__ = ["DEMO_SETTINGS", "QUICK_OVERRIDES", "SHARED_PREFIX", "resolve_data", "run_demo"]
+__all__ = ["DEMO_SETTINGS", "QUICK_OVERRIDES", "SHARED_PREFIX", "demo_settings", "resolve_data", "run_demo"]
 
 SHARED_PREFIX = "../shared/data/"
 """Data paths of the demo start with this; they resolve against ``$AGENT_R1_SHARED_DATA``, the working
@@ -183,8 +183,30 @@ def _report(config: TrainConfig) -> list[str]:
     return lines
 
 
+def demo_settings(
+    config_path: str | None = None,
+    output_dir: str | None = None,
+    quick: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The main job's settings: :data:`DEMO_SETTINGS` (or a config file), then ``--quick``, ``--output-dir``
+    and ``--set`` overrides (dotted keys, e.g. ``{"threads": 1}``), in that order. A new dict each call."""
+    settings = load_config(config_path).to_dict() if config_path is not None else copy.deepcopy(DEMO_SETTINGS)
+    if quick:
+        settings = _merge(settings, QUICK_OVERRIDES)
+    if output_dir is not None:
+        settings = _merge(settings, {"output_dir": output_dir})
+    for dotted, value in (overrides or {}).items():
+        set_dotted(settings, dotted, value)
+    return settings
+
+
 def run_demo(
-    config_path: str | None = None, output_dir: str | None = None, quick: bool = False, resume: bool = False
+    config_path: str | None = None,
+    output_dir: str | None = None,
+    quick: bool = False,
+    resume: bool = False,
+    overrides: dict[str, Any] | None = None,
 ) -> int:
     """Run the main job: train, evaluate every method on the same held-aside questions, print the table.
 
@@ -193,6 +215,7 @@ def run_demo(
         output_dir: Overrides the config's ``output_dir``.
         quick: Apply :data:`QUICK_OVERRIDES`.
         resume: Continue an interrupted run (training and the baseline evaluations).
+        overrides: Dotted keys to set last (``agent-r1 demo --set threads=1``).
 
     Returns:
         The process exit status (0).
@@ -200,11 +223,7 @@ def run_demo(
     from agent_trainers.pipeline.train import run_training
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    settings = load_config(config_path).to_dict() if config_path is not None else DEMO_SETTINGS
-    if quick:
-        settings = _merge(settings, QUICK_OVERRIDES)
-    if output_dir is not None:
-        settings = _merge(settings, {"output_dir": output_dir})
+    settings = demo_settings(config_path, output_dir, quick, overrides)
     settings, data_line = resolve_data(settings)
     print(data_line)
     config = config_from_dict(copy.deepcopy(settings))

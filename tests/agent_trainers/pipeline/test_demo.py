@@ -94,6 +94,18 @@ def test_the_rl_step_line_has_the_mean_and_eta():
     assert line == "RL step 3/4: 120.0 s (mean 90.0 s/step), train reward absent, ETA 1.5 min"
 
 
+def test_demo_set_overrides_apply_last_and_leave_the_defaults_alone():
+    from agent_trainers.pipeline.demo import demo_settings
+
+    before = copy.deepcopy(DEMO_SETTINGS)
+    settings = demo_settings(quick=True, output_dir="runs/x", overrides={"threads": 1, "rl.steps": 3})
+    config = config_from_dict(settings)
+    assert (config.threads, config.rl.steps, config.output_dir, config.rl.num_generations) == (1, 3, "runs/x", 2)
+    assert DEMO_SETTINGS == before
+    with pytest.raises(ValueError, match=r"stepz"):
+        config_from_dict(demo_settings(overrides={"rl.stepz": 3}))
+
+
 def test_the_demo_settings_with_and_without_quick_are_valid():
     from agent_trainers.pipeline.demo import QUICK_OVERRIDES, _merge
 
