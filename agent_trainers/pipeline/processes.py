@@ -6,6 +6,9 @@ stay in step), but ``config.yaml``, ``metrics.jsonl``, plots, ``sft/``,
 ``final/`` and the printed table come from rank 0 alone. The rank is read from
 the ``RANK`` variable the launchers set, so asking does not initialise
 ``torch.distributed`` (TRL's trainer does that, with gloo on CPUs).
+
+:func:`torch_threads` turns a ``threads`` setting into a torch thread count
+(``auto``: the cores this process may use minus the 1-minute load average).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def idle_cores() -> int:
     Example: 2 cores with one other busy process (load 1.0) -> 1; an idle 2-core machine -> 2.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, cores - round(os.getloadavg()[0]))) if hasattr(os, "getloadavg") else cores
+    return max(1, cores - round(os.getloadavg()[0])) if hasattr(os, "getloadavg") else cores
 
 
 def torch_threads(setting: int | str) -> int | None:
