@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -26,6 +29,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 SHARED_DATA = Path(
     os.environ.get("AGENT_R1_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data"
 )
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str, name: str) -> ModuleType:
+    """Import a script of the repository (``benchmarks/x.py``, ``scripts/y.py``: not packages) as module ``name``.
+
+    It is registered in ``sys.modules`` first, because dataclasses look their module up there.
+    """
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
 from agent_trainers.algorithms.sft import tokenize_episode
 from agent_trainers.policies import load_tokenizer
+from tests.conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_algorithms", ROOT / "benchmarks" / "algorithms.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_algorithms"] = bench  # dataclasses look their module up there
-_spec.loader.exec_module(bench)
+bench = load_script("benchmarks/algorithms.py", "bench_algorithms")
 
 
 def test_demos_answer_at_once_with_an_arm_in_the_env_format():

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from agent_trainers.evaluation import EpisodeRecord
 from agent_trainers.evaluation.compare import Run
+from tests.conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("algorithms_report", ROOT / "scripts" / "algorithms_report.py")
-report = importlib.util.module_from_spec(_spec)
-sys.modules["algorithms_report"] = report
-_spec.loader.exec_module(report)
+report = load_script("scripts/algorithms_report.py", "algorithms_report")
 
 
 def record(i, em, reward):

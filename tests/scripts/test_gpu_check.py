@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up there
-_spec.loader.exec_module(gpu_check)
+gpu_check = load_script("scripts/gpu_check.py", "gpu_check")
 
 
 def test_the_model_has_qwen25_3b_s_parameter_count():

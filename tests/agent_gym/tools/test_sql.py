@@ -1,12 +1,9 @@
 import gc
-import importlib.util
 import os
 import pickle
 import sqlite3
-import sys
 import weakref
 from copy import deepcopy
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -23,6 +20,7 @@ from agent_gym.tools.sql import (
     format_rows,
 )
 from agent_gym.tools.sql_budget import CALL_COST, cte_copies
+from tests.conftest import load_script
 
 
 def _source() -> sqlite3.Connection:
@@ -363,12 +361,7 @@ def test_nested_ctes_are_refused_before_sqlite_copies_them(db):
 
 
 def _load_hostile() -> list[tuple[str, str, str]]:
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "sql_hostile.py"
-    spec = importlib.util.spec_from_file_location("sql_hostile_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.HOSTILE
+    return load_script("benchmarks/sql_hostile.py", "sql_hostile_benchmark").HOSTILE
 
 
 @pytest.mark.parametrize(("name", "query", "message"), _load_hostile(), ids=lambda v: v if len(v) < 40 else "")
