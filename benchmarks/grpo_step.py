@@ -32,6 +32,10 @@ step and tokens/s are reported next to seconds per step.
   with each layout in ``reference_micro_batches`` (0: TRL's default, the whole
   group in one forward).
 
+Both paths take their ``GRPOConfig`` from ``make_grpo_config`` (``beta = 0``,
+gradient checkpointing off); ``--gradient-checkpointing 1`` turns checkpointing
+on for both, as TRL's own ``GRPOConfig`` default has it.
+
 Each (checkpoint, path) runs in its own subprocess, so peak RSS (``ru_maxrss``)
 is its own; "step extra" is the peak minus the RSS once the trainer is built.
 Seconds per step: wall time from ``on_step_begin`` to ``on_step_end`` (optimizer
@@ -90,6 +94,8 @@ class Args:
     """Ours: rollouts per forward/backward (must divide ``num_generations``; a whole group runs its prompt once)."""
     reference_micro_batches: str = "0,1"
     """TRL's layouts to measure: 0 is TRL's default (the group in one forward); others as ``micro_batch``."""
+    gradient_checkpointing: int = 0
+    """1: both paths train with gradient checkpointing (TRL's ``GRPOConfig`` default; ours keeps the shared prompt)."""
     warmup: int = 1
     """Steps run before measuring."""
     steps: int = 2
@@ -248,6 +254,7 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
         seed=args.seed,
         shuffle_dataset=False,
         max_completion_length=args.completion_budget,
+        gradient_checkpointing=bool(args.gradient_checkpointing),
         **_batch_args(args),
         **({} if args.path == "ours" else {"max_tool_calling_iterations": args.max_turns - 1}),
         **({} if args.path == "ours" else {"generation_kwargs": {"max_new_tokens": args.max_new_tokens_per_turn}}),
@@ -333,7 +340,8 @@ def _report(args: Args, model: str, ours: dict[str, Any], refs: dict[int, dict[s
     print(
         f"\nGRPO step on {model}: {args.env_id}, G={g}, <= {args.max_turns} model turns of <= "
         f"{args.max_new_tokens_per_turn} tokens, <= {args.completion_budget} completion tokens per episode "
-        f"(both paths); ours on_no_action={args.on_no_action}"
+        f"(both paths); gradient checkpointing {'on' if args.gradient_checkpointing else 'off'} (both paths); "
+        f"ours on_no_action={args.on_no_action}"
     )
     head = " ".join(f"{k[:7]:>7s}" for k in PARTS)
     print(
