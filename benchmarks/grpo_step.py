@@ -11,10 +11,12 @@ one task per step, a group of ``G`` rollouts, and the same token caps:
   episode (TRL: ``max_completion_length``; ours: ``max_total_tokens`` = the task's
   own prompt length + the budget).
 
-What each model then writes still differs (TRL's turns end only at
-``<|im_end|>``, ours also at ``</tool_call>`` / ``</answer>``; TRL continues only
-after a tool call, our env answers malformed text with an error and continues),
-so tokens per step and tokens/s are reported next to seconds per step.
+and the same episode rule: TRL's loop ends an episode at the first reply without
+a tool call, so our env runs with ``on_no_action="end"`` (``--on-no-action
+feedback`` plays our default instead: an error observation and another turn).
+What each model then writes can still differ (TRL's turns end only at
+``<|im_end|>``, ours also at ``</tool_call>`` / ``</answer>``), so tokens per
+step and tokens/s are reported next to seconds per step.
 
 * ours  - :class:`agent_trainers.algorithms.AgentGRPOTrainer` with
   :class:`~agent_trainers.algorithms.EnvRolloutFunc` (batched generation, per-episode
@@ -29,6 +31,10 @@ so tokens per step and tokens/s are reported next to seconds per step.
 * TRL's - ``GRPOTrainer(environment_factory=make_environment_factory(env_id))``
   with each layout in ``reference_micro_batches`` (0: TRL's default, the whole
   group in one forward).
+
+Both paths take their ``GRPOConfig`` from ``make_grpo_config`` (``beta = 0``,
+gradient checkpointing off); ``--gradient-checkpointing 1`` turns checkpointing
+on for both, as TRL's own ``GRPOConfig`` default has it.
 
 Each (checkpoint, path) runs in its own subprocess, so peak RSS (``ru_maxrss``)
 is its own; "step extra" is the peak minus the RSS once the trainer is built.
@@ -82,10 +88,14 @@ class Args:
     """Tokens per model turn, both paths."""
     completion_budget: int = 512
     """Completion tokens (model + tool tokens) per episode, both paths."""
+    on_no_action: str = "end"
+    """Ours: the env's ``on_no_action`` (``end``: TRL's rule, a reply without a tool call or answer ends it)."""
     micro_batch: int = 4
     """Ours: rollouts per forward/backward (must divide ``num_generations``; a whole group runs its prompt once)."""
     reference_micro_batches: str = "0,1"
     """TRL's layouts to measure: 0 is TRL's default (the group in one forward); others as ``micro_batch``."""
+    gradient_checkpointing: int = 0
+    """1: both paths train with gradient checkpointing (TRL's ``GRPOConfig`` default; ours keeps the shared prompt)."""
     warmup: int = 1
     """Steps run before measuring."""
     steps: int = 2
@@ -225,7 +235,7 @@ def _budgeted_rollout_func(rows: list[dict[str, Any]], tok: Any, args: Args) -> 
             return out
 
     config = RolloutConfig(max_turns=args.max_turns, max_new_tokens_per_turn=args.max_new_tokens_per_turn)
-    return Budgeted(rows, config=config, seed=args.seed)
+    return Budgeted(rows, env_kwargs={"on_no_action": args.on_no_action}, config=config, seed=args.seed)
 
 
 def _trainer(args: Args, model: Any, tok: Any) -> Any:
@@ -244,6 +254,7 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
         seed=args.seed,
         shuffle_dataset=False,
         max_completion_length=args.completion_budget,
+        gradient_checkpointing=bool(args.gradient_checkpointing),
         **_batch_args(args),
         **({} if args.path == "ours" else {"max_tool_calling_iterations": args.max_turns - 1}),
         **({} if args.path == "ours" else {"generation_kwargs": {"max_new_tokens": args.max_new_tokens_per_turn}}),
@@ -328,7 +339,9 @@ def _report(args: Args, model: str, ours: dict[str, Any], refs: dict[int, dict[s
     g = args.num_generations
     print(
         f"\nGRPO step on {model}: {args.env_id}, G={g}, <= {args.max_turns} model turns of <= "
-        f"{args.max_new_tokens_per_turn} tokens, <= {args.completion_budget} completion tokens per episode (both paths)"
+        f"{args.max_new_tokens_per_turn} tokens, <= {args.completion_budget} completion tokens per episode "
+        f"(both paths); gradient checkpointing {'on' if args.gradient_checkpointing else 'off'} (both paths); "
+        f"ours on_no_action={args.on_no_action}"
     )
     head = " ".join(f"{k[:7]:>7s}" for k in PARTS)
     print(

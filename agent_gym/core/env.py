@@ -16,8 +16,9 @@ and friends); they never count turns (use ``max_episode_steps`` / a wrapper)
 and never format chat templates (the trainer does).
 
 The end of an episode: ``terminated`` means the agent gave a well-formed
-final answer; ``truncated`` means a budget (the registry's turn limit) ran
-out. After either, ``step()`` raises :class:`EpisodeOverError` until
+final answer (or, with ``on_no_action="end"``, wrote an action that runs no
+tool and gives no answer); ``truncated`` means a budget (the registry's turn
+limit) ran out. After either, ``step()`` raises :class:`EpisodeOverError` until
 ``reset()``: the env itself refuses after ``terminated``, and the
 :class:`~agent_gym.wrappers.RecordStopReason` wrapper that ``gymnasium.make``
 adds refuses after ``truncated``. Vector envs never step an ended episode
@@ -57,6 +58,7 @@ class StopReason:
 
     ANSWER = "answer"
     MAX_TURNS = "max_turns"
+    NO_ACTION = "no_action"
 
 
 class EpisodeOverError(RuntimeError):
@@ -136,11 +138,19 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             even that does not fit, as its last ``max_observation_length``
             characters.
         max_result_length: Tool results are clipped to this many characters.
+        on_no_action: What an action that runs no tool and gives no
+            well-formed answer (plain text, a broken call) does:
+            ``"feedback"`` (default) answers it with an error observation and
+            the episode goes on; ``"end"`` ends the episode there
+            (``terminated``, ``info["stop_reason"] == "no_action"``, no
+            answer), as TRL's tool loop and Agent-R1's env do. Either way the
+            step is scored as a malformed non-final step (format penalty, step
+            cost; the outcome and answer terms stay 0).
         render_mode: ``"ansi"`` or ``None``.
 
     Raises:
         ValueError: A size is not a positive int, or ``action_format`` /
-            ``render_mode`` is unknown.
+            ``on_no_action`` / ``render_mode`` is unknown.
         TypeError: ``rubric`` is not a :class:`~agent_gym.core.rubric.Rubric`.
     """
 
@@ -155,6 +165,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         max_action_length: int = 16_384,
         max_observation_length: int = 1_000_000,
         max_result_length: int = 4_000,
+        on_no_action: str = "feedback",
         render_mode: str | None = None,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -167,6 +178,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         if action_format not in formats:
             raise ValueError(f"action_format must be one of {formats} (got {action_format!r})")
         self.action_format = ActionFormat(action_format)
+        if on_no_action not in ("feedback", "end"):
+            raise ValueError(f"on_no_action must be 'feedback' or 'end' (got {on_no_action!r})")
+        self.on_no_action = on_no_action
         self.rubric = rubric
         self.tool_noise = coerce_noise(tool_noise)
         self.max_result_length = positive_int("max_result_length", max_result_length)
@@ -336,9 +350,12 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             state.found |= revealed
             history.append(Message.tool(call, result))
             results.append((call, result))
-        if not parsed.well_formed:  # after the tool messages, which must follow their call in chat format
+        ends_here = self.on_no_action == "end" and not parsed.tool_calls and not parsed.is_final
+        if not parsed.well_formed:
             state.malformed += 1
-            history.append(Message.user(self._format_feedback(parsed)))
+            if not ends_here:  # after the tool messages, which must follow their call in chat format
+                history.append(Message.user(self._format_feedback(parsed)))
+        state.done = ends_here  # the rubric still scores this step as a non-final one
         terminated = parsed.is_final
         if terminated:
             assert parsed.answer is not None
@@ -378,11 +395,11 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         info["format_errors"] = list(transition.action.errors)
         info["noise_events"] = list(transition.noise_events)
         info["new_evidence"] = sorted(transition.new_evidence)
-        if transition.terminated:
-            info["stop_reason"] = StopReason.ANSWER
+        if state.done:  # a final answer, or (``on_no_action="end"``) no action
+            info["stop_reason"] = StopReason.ANSWER if transition.terminated else StopReason.NO_ACTION
             info["metrics"] = self._episode_metrics(state)
         reward = float(sum(weighted.values()))
-        return self._render_observation(), reward, transition.terminated, False, info
+        return self._render_observation(), reward, state.done, False, info
 
     # -------------------------------------------------------------- helpers
     def _select_task(self, options: Mapping[str, Any]) -> int:

@@ -60,7 +60,7 @@ def _made_tool_call(traj: Trajectory) -> bool:
 
 def _answer_score(traj: Trajectory, name: str) -> float:
     """The episode's answer metric; 0 only when it never answered (a missing answer is a wrong one)."""
-    if not traj.terminated:
+    if not traj.answered:
         return 0.0
     if name not in traj.metrics:
         raise MissingMetricError(

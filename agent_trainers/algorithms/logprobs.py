@@ -30,15 +30,30 @@ right-padding or trailing env tokens are run at all. Positions, masks and
 attention are those of the single pass (the prompt's keys are the same
 tensors), so log-probs agree to float rounding and gradients flow back into
 the prompt once per row that reads it.
+
+Under gradient checkpointing (``model.gradient_checkpointing_enable()``, the
+default ``use_reentrant=False``) the shared-prompt path keeps working:
+transformers' checkpointed layers normally drop the cache, because a layer's
+replay in the backward pass would append its keys and values a second time.
+The caches used here never change after the prompt is recorded (the prompt
+pass records each layer's keys and values once and hands a replay back what it
+passed; a row's pass reads the prompt's keys and values and appends nothing),
+so the layers are told they may keep them. Each layer then stores only its
+input and recomputes the rest in the backward pass: a group costs one prompt
+and its completions, and its activation memory is that of checkpointing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 from trl.kernels import ChunkedLogProbFunction
 
 from agent_trainers.policies.kv_cache import supports_kv_reuse
@@ -148,14 +163,14 @@ def shared_prompt_token_logprobs(
 
     Same arguments and results (see the module docstring). Models whose cache is
     not made of plain full-attention layers (:func:`~agent_trainers.policies.kv_cache.supports_kv_reuse`),
-    models training with gradient checkpointing (which runs without a cache),
-    and batches with nothing scored, go through :func:`scored_token_logprobs`.
+    models training with reentrant gradient checkpointing (which cannot pass
+    gradients into a prompt's keys and values), and batches with nothing scored,
+    go through :func:`scored_token_logprobs`.
     """
     width = input_ids.shape[1]
     p = width - logits_to_keep
     where = scored.bool()
-    checkpointed = model.training and getattr(model, "is_gradient_checkpointing", False)  # transformers drops caches
-    if p < 1 or not bool(where.any()) or checkpointed or not supports_kv_reuse(model):
+    if p < 1 or not bool(where.any()) or _reentrant_checkpointing(model) or not supports_kv_reuse(model):
         return scored_token_logprobs(
             model,
             input_ids,
@@ -167,16 +182,74 @@ def shared_prompt_token_logprobs(
         )
     prompts: dict[tuple[tuple[int, ...], ...], _PromptStates] = {}
     rows = []
-    for row in range(input_ids.shape[0]):
-        columns = where[row].nonzero()
-        if len(columns):
-            end = int(columns[-1]) + 1  # the states before completion tokens 0 .. end - 1 are needed
-            hidden = _row_states(model.base_model, input_ids[row], attention_mask[row], p, end, prompts)
-            rows.append(hidden[where[row, :end]])
+    with _layers_keep_caches(model):
+        for row in range(input_ids.shape[0]):
+            columns = where[row].nonzero()
+            if len(columns):
+                end = int(columns[-1]) + 1  # the states before completion tokens 0 .. end - 1 are needed
+                hidden = _row_states(model.base_model, input_ids[row], attention_mask[row], p, end, prompts)
+                rows.append(hidden[where[row, :end]])
     return _project(model, torch.cat(rows), input_ids[:, p:][where], where, temperature, compute_entropy)
 
 
-_PromptStates = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
+def _reentrant_checkpointing(model: PreTrainedModel) -> bool:
+    """The model trains with gradient checkpointing of the reentrant kind (``use_reentrant=True``)."""
+    if not (model.training and getattr(model, "is_gradient_checkpointing", False)):
+        return False
+    for layer in model.modules():
+        if isinstance(layer, GradientCheckpointingLayer) and layer.gradient_checkpointing:
+            keywords = getattr(layer._gradient_checkpointing_func, "keywords", {})
+            return keywords.get("use_reentrant", True) is not False  # torch's own default is reentrant
+    return False
+
+
+@contextmanager
+def _layers_keep_caches(model: PreTrainedModel) -> Iterator[None]:
+    """Let checkpointed layers keep the (never-changing) caches of this module (see its docstring)."""
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    before = [m.__dict__.get("_can_checkpoint_with_cache") for m in layers]
+    for m in layers:
+        m._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for m, value in zip(layers, before, strict=True):
+            if value is None:
+                del m._can_checkpoint_with_cache
+            else:
+                m._can_checkpoint_with_cache = value
+
+
+class _RecordOnce(DynamicLayer):
+    """A prompt pass's cache layer: records the first keys and values it gets; a checkpoint replay gets its own back."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> KV:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+
+class _ReadOnlyPrefix(DynamicLayer):
+    """A row pass's cache layer: a prompt's keys and values, read and never appended to."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> KV:
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+def _cache(layers: list[DynamicLayer]) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layers = layers
+    return cache
+
+
+KV = tuple[torch.Tensor, torch.Tensor]
+_PromptStates = tuple[list[KV], torch.Tensor]
 """A prompt's keys and values per layer, and its last hidden state ``(1, H)``."""
 
 
@@ -196,18 +269,16 @@ def _row_states(
     """
     key = (tuple(ids[:p].tolist()), tuple(attention[:p].tolist()))
     if key not in prompts:
-        out = base(input_ids=ids[None, :p], attention_mask=attention[None, :p], use_cache=True)
-        prompts[key] = (
-            [(layer.keys, layer.values) for layer in out.past_key_values.layers],
-            out.last_hidden_state[0, -1:],
-        )
+        cache = _cache([_RecordOnce() for _ in range(base.config.num_hidden_layers)])
+        out = base(input_ids=ids[None, :p], attention_mask=attention[None, :p], past_key_values=cache, use_cache=False)
+        prompts[key] = ([(layer.keys, layer.values) for layer in cache.layers], out.last_hidden_state[0, -1:])
     layers, last = prompts[key]
     if end == 1:
         return last
     out = base(
         input_ids=ids[None, p : p + end - 1],
         attention_mask=attention[None, : p + end - 1],
-        past_key_values=DynamicCache(ddp_cache_data=layers),  # a new cache: the prompt's tensors stay as they are
-        use_cache=True,
+        past_key_values=_cache([_ReadOnlyPrefix(k, v) for k, v in layers]),
+        use_cache=False,
     )
     return torch.cat([last, out.last_hidden_state[0]])

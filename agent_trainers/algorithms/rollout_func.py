@@ -69,13 +69,13 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     Keys: ``rollout/turns`` (model turns, over every episode), ``rollout/answered``
     (fraction that ended with an answer), ``rollout/stop/<reason>`` fractions,
     and ``episode/<name>`` for each env metric averaged over the episodes that
-    report it (envs report metrics only when an episode is answered).
+    report it (envs report metrics only when an episode ends by itself).
     """
     if not trajectories:
         return {}
     n = len(trajectories)
     out = {"rollout/turns": sum(len(t.turns) for t in trajectories) / n}
-    out["rollout/answered"] = sum(t.terminated for t in trajectories) / n
+    out["rollout/answered"] = sum(t.answered for t in trajectories) / n
     for name in sorted({k for t in trajectories for k in t.metrics}):
         values = [float(t.metrics[name]) for t in trajectories if name in t.metrics]
         finite = [v for v in values if math.isfinite(v)]

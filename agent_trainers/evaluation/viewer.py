@@ -45,8 +45,8 @@ class Outcome(StrEnum):
     """Ended without an answer (turn limit, token budget, time-out, error)."""
 
 
-def _outcome(terminated: bool, scores: Mapping[str, float]) -> Outcome:
-    if not terminated:
+def _outcome(answered: bool, scores: Mapping[str, float]) -> Outcome:
+    if not answered:
         return Outcome.NO_ANSWER
     if not scores:
         return Outcome.ANSWERED
@@ -91,7 +91,7 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         "env_id": traj.env_id,
         "seed": traj.seed,
         "stop": traj.stop_reason or "(none)",
-        "outcome": str(_outcome(traj.terminated, scores)),
+        "outcome": str(_outcome(traj.answered, scores)),
         "reward": traj.total_reward if record is None else float(record.get("reward", traj.total_reward)),
         "metrics": traj.metrics,
         "question": record.get("question") if record else None,

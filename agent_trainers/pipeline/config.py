@@ -137,9 +137,9 @@ class RLConfig(_Section):
     ``prompts_per_step * num_generations``. ``num_generations`` puts a whole group in one pass, so the
     task's prompt is run once for all its rollouts (more memory, less compute). ``ppo`` has ``ppo.micro_batch_size``."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, about a third more compute; a
-    checkpointed model runs without a cache, so the shared prompt of ``micro_batch`` is not shared).
-    Set for the RL stage whatever the SFT stage left (TRL's SFT turns it on)."""
+    """Recompute activations in the backward pass: each layer keeps only its input (less memory, one
+    more forward of compute). The shared prompt of ``micro_batch`` stays shared. Set for the RL stage
+    whatever the SFT stage left (TRL's SFT turns it on)."""
     learning_rate: float = Field(default=1e-5, gt=0)
     """AdamW learning rate."""
     beta: float = Field(default=0.0, ge=0)

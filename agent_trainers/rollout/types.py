@@ -21,6 +21,8 @@ class StopReason(StrEnum):
     """The env: an answer ended the task (``terminated``)."""
     MAX_TURNS = str(_EnvStopReason.MAX_TURNS)
     """The env: the turn limit ran out (``truncated``)."""
+    NO_ACTION = str(_EnvStopReason.NO_ACTION)
+    """The env (``on_no_action="end"``): a reply ran no tool and gave no answer (``terminated``, unanswered)."""
     TOKEN_BUDGET = "token_budget"
     """The engine: the trajectory's token budget ran out."""
     TOOL_TIMEOUT = "tool_timeout"
@@ -73,7 +75,8 @@ class Trajectory:
         metrics: ``info["metrics"]`` at the end; empty unless the env reported
             them (absent metrics are absent, never 0.0).
         stop_reason: A :class:`StopReason` value or the env's own.
-        terminated: The task ended (an answer was given).
+        terminated: The env ended the episode (an answer, or with
+            ``on_no_action="end"`` a reply without an action: see ``answered``).
         truncated: A budget or failure cut the episode.
         tools: Tool schemas passed to the chat template (empty when, as by
             default, the env's system prompt lists the tools itself).
@@ -104,6 +107,11 @@ class Trajectory:
     error: str = ""
     evidence_found: int = 0
     evidence_total: int = 0
+
+    @property
+    def answered(self) -> bool:
+        """The episode ended with an answer (``terminated``, and not by ``on_no_action="end"``)."""
+        return self.terminated and self.stop_reason != StopReason.NO_ACTION
 
     @property
     def total_reward(self) -> float:

@@ -125,9 +125,49 @@ def test_shared_prompts_with_nothing_scored_fall_back_to_the_single_pass(group):
     assert torch.equal(logps, torch.zeros(4, C)) and logps.requires_grad  # still attached to the graph
 
 
-def test_shared_prompts_under_gradient_checkpointing_fall_back_to_the_single_pass(group):
+def saved_bytes(model, fn):
+    """Bytes of the activations autograd keeps for the backward pass while ``fn`` runs (weights not counted)."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    total = [0]
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in weights:
+            total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, total[0]
+
+
+def test_shared_prompts_under_gradient_checkpointing_keep_sharing_and_recompute_each_layer(group):
+    single, _ = tiny_random_model(seed=1)
+    single.train()
+    checkpointed = copy.deepcopy(single)
+    checkpointed.gradient_checkpointing_enable()  # transformers' default: use_reentrant=False
+    ids, attention, scored = group
+    weights = torch.arange(1.0, C + 1)
+    (want, _), plain_bytes = saved_bytes(
+        single, lambda: shared_prompt_token_logprobs(single, ids, attention, C, scored)
+    )
+    (want * weights).sum().backward()
+    seen = tokens_run(checkpointed)
+    layer_calls = []
+    checkpointed.base_model.layers[0].register_forward_pre_hook(lambda *_: layer_calls.append(1))
+    (got, _), kept_bytes = saved_bytes(
+        checkpointed, lambda: shared_prompt_token_logprobs(checkpointed, ids, attention, C, scored)
+    )
+    assert seen == [P, 8, 6, P, 8, 1] and len(layer_calls) == 6  # the prompts are still shared
+    (got * weights).sum().backward()
+    assert len(layer_calls) == 12  # each pass's layer ran again in the backward pass
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(grads(checkpointed), grads(single), atol=1e-5)
+    assert kept_bytes < plain_bytes / 4, (kept_bytes, plain_bytes)
+    assert all("_can_checkpoint_with_cache" not in m.__dict__ for m in checkpointed.modules())  # flags put back
+
+
+def test_shared_prompts_under_reentrant_checkpointing_fall_back_to_the_single_pass(group):
     model, _ = tiny_random_model(seed=1)
-    model.gradient_checkpointing_enable()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     model.train()
     ids, attention, scored = group
     seen = tokens_run(model)

@@ -104,6 +104,18 @@ def test_format_errors_and_unanswered_episodes(scripted, tmp_path):
     assert mean(run, "evidence_recall") == 0.0
 
 
+def test_a_reply_without_an_action_ends_the_episode_unanswered_with_on_no_action_end(scripted, tmp_path):
+    # the same script as above; with on_no_action="end" the first (plain) reply ends every episode
+    def script(task, prompt):
+        return "let me think" if "Format error" not in prompt else f"<answer>{task.answer}</answer>"
+
+    run = evaluate(scripted(script), "agent", tmp_path, env_kwargs={**TEST_SPLIT, "on_no_action": "end"})
+    assert all(r.stop_reason == "no_action" and not r.answered and r.answer is None for r in run.records)
+    assert all(r.model_turns == 1 and r.format_errors == 1 for r in run.records)
+    assert all(r.scores == {"em": 0.0, "f1": 0.0, "substring": 0.0} for r in run.records)  # wrong, not missing
+    assert (mean(run, "answer_rate"), mean(run, "em"), mean(run, "format_error_rate")) == (0.0, 0.0, 1.0)
+
+
 class RenamedMetricEnv(LookupEnv):
     """Reports ``answer_exact`` instead of ``answer_em``."""
 

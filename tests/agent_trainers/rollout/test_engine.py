@@ -72,6 +72,23 @@ def test_two_turn_episode_records_rewards_and_env_tokens(smollm2_tokenizer):
     assert sum(t.loss_mask) == (first.end - first.start) + (second.end - second.start)
 
 
+def test_on_no_action_end_ends_the_episode_unanswered(smollm2_tokenizer):
+    from agent_trainers.algorithms.rollout_func import episode_metrics
+
+    plain = ScriptedPolicy(smollm2_tokenizer, lambda _ids: "I am not sure.")
+    [t] = rollout(plain, LOOKUP_ID, task_indices=[0], env_kwargs={"on_no_action": "end"})
+    assert t.terminated and not t.truncated and not t.answered and t.stop_reason == "no_action"
+    assert len(t.turns) == 1 and t.turns[0].reward == pytest.approx(-0.11)  # format -0.1, step cost -0.01
+    assert t.metrics == {"turns": 1.0, "malformed_actions": 1.0, "evidence_recall": 0.0}
+    assert t.messages[-1] == {"role": "assistant", "content": "I am not sure."}  # no error observation after it
+    check_trajectory(t, smollm2_tokenizer)
+    assert episode_metrics([t])["rollout/answered"] == 0.0 and episode_metrics([t])["rollout/stop/no_action"] == 1.0
+    [d] = rollout(plain, LOOKUP_ID, task_indices=[0])  # the default: an error observation, the turn limit (4)
+    assert not d.terminated and d.truncated and d.stop_reason == "max_turns" and len(d.turns) == 4
+    answered = rollout(answer_for(smollm2_tokenizer), LOOKUP_ID, task_indices=[0], env_kwargs={"on_no_action": "end"})
+    assert answered[0].answered and answered[0].stop_reason == "answer"
+
+
 def test_model_emitted_end_of_turn_is_a_model_token(smollm2_tokenizer):
     (t,) = rollout(
         ScriptedPolicy(smollm2_tokenizer, ["I am not sure.", "<answer>x</answer>"]), LOOKUP_ID, task_indices=[0]
