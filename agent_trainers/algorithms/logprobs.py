@@ -60,6 +60,9 @@ from agent_trainers.policies.kv_cache import supports_kv_reuse
 
 __all__ = ["VOCAB_CHUNK", "scored_token_logprobs", "shared_prompt_token_logprobs", "supports_scored_logprobs"]
 
+KV = tuple[torch.Tensor, torch.Tensor]
+"""One layer's keys and values."""
+
 VOCAB_CHUNK = 32768
 """Vocabulary entries per projection tile (TRL's chunk size)."""
 
@@ -248,7 +251,6 @@ def _cache(layers: list[DynamicLayer]) -> DynamicCache:
     return cache
 
 
-KV = tuple[torch.Tensor, torch.Tensor]
 _PromptStates = tuple[list[KV], torch.Tensor]
 """A prompt's keys and values per layer, and its last hidden state ``(1, H)``."""
 

@@ -27,14 +27,14 @@ class BatchArgs(TrainerCallback):
         self.seen = (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation)
 
 
-def run(out, micro_batch):
+def run(out, micro_batch, checkpointing=False):
     config = config_from_dict({
         "seed": 3, "output_dir": str(out), "device": "cpu", "model": {"name": "tiny-random"},
         "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024, "temperature": 1.0},
         "sft": {"enabled": False},
         "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "micro_batch": micro_batch,
-               "learning_rate": 1e-2, "save_steps": 1},
+               "learning_rate": 1e-2, "save_steps": 1, "gradient_checkpointing": checkpointing},
         "eval": {"tasks": 1, "every": 0, "before": False},
     })  # fmt: skip
     seen = BatchArgs()
@@ -51,6 +51,14 @@ def test_micro_batches_of_one_and_of_a_group_give_the_same_step(tmp_path, one_th
     assert step_1["grad_norm"] > 0
     assert step_2["grad_norm"] == pytest.approx(step_1["grad_norm"], rel=1e-4)
     assert step_2["loss"] == pytest.approx(step_1["loss"], abs=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_step_with_the_shared_prompt(tmp_path, one_thread):
+    _, plain = run(tmp_path / "plain", 2)
+    _, checkpointed = run(tmp_path / "checkpointed", 2, checkpointing=True)
+    assert checkpointed["reward"] == plain["reward"] and plain["grad_norm"] > 0
+    assert checkpointed["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
+    assert checkpointed["loss"] == pytest.approx(plain["loss"], abs=1e-5)
 
 
 class Checkpointing(TrainerCallback):
