@@ -78,7 +78,9 @@ class VLLMPolicy:
             ``trainer.vllm_generation.llm`` of TRL's colocate mode).
         tokenizer: The matching Hugging Face tokenizer (from :func:`~agent_trainers.policies.load_tokenizer`).
         seed: Base seed (see :func:`request_seed`).
-        **llm_kwargs: Passed to ``vllm.LLM`` when ``model`` is a name.
+        **llm_kwargs: Passed to ``vllm.LLM`` when ``model`` is a name (with
+            ``logprobs_mode="processed_logprobs"`` and ``enable_prefix_caching=True``
+            unless given).
 
     Example:
         >>> name = "Qwen/Qwen2.5-3B-Instruct"
@@ -97,6 +99,9 @@ class VLLMPolicy:
         self.tokenizer, self.seed, self.calls = tokenizer, seed, 0
         if isinstance(model, str):
             llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+            # each turn's prompt is the previous turn's prompt + generation + the env's tokens: with prefix
+            # caching vLLM prefills only the new tokens (what TransformersPolicy's per-episode KV cache does)
+            llm_kwargs.setdefault("enable_prefix_caching", True)
             model = vllm.LLM(model=model, seed=seed, **llm_kwargs)
         self.llm = model
         self._end_ids = end_token_ids(tokenizer)

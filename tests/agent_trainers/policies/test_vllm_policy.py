@@ -95,12 +95,16 @@ def test_each_prompt_gets_its_own_seed_and_a_seed_replays(one_thread, fake_vllm,
     assert [t.logprobs for t in again] == [t.logprobs for t in trajs]
 
 
-def test_llm_built_from_a_name_gets_processed_logprobs(fake_vllm, tiny_model):
+def test_llm_built_from_a_name_gets_processed_logprobs_and_prefix_caching(fake_vllm, tiny_model):
     with pytest.warns(UserWarning, match="experimental"):
         policy = VLLMPolicy("some/model", tiny_model[1], seed=2, gpu_memory_utilization=0.5)
     assert policy.llm.kwargs == {
         "model": "some/model", "seed": 2, "gpu_memory_utilization": 0.5, "logprobs_mode": "processed_logprobs",
+        "enable_prefix_caching": True,
     }  # fmt: skip
+    with pytest.warns(UserWarning, match="experimental"):
+        off = VLLMPolicy("some/model", tiny_model[1], enable_prefix_caching=False)
+    assert off.llm.kwargs["enable_prefix_caching"] is False  # the caller's choice is kept
 
 
 class CannedLLM:
