@@ -165,8 +165,10 @@ def _step_baselines(
     g, n = batch.group_size, values.shape[0]
     baseline, divisor, turn_value = values.clone(), torch.ones_like(values), values.clone()
     groups = [_steps(values, batch, start, g) for start in range(0, n, g)]
-    units = [v for steps in groups for step in steps.values() for v in step.values()]
-    batch_std = _std(torch.stack(units)) + eps if units else None
+    batch_std = None
+    if scale == "batch":  # the std of every unit of the batch, shared by all steps
+        units = [v for steps in groups for step in steps.values() for v in step.values()]
+        batch_std = _std(torch.stack(units)) + eps if units else None
     for steps in groups:
         for k, step in steps.items():
             if len(step) < 2:
