@@ -9,7 +9,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from agent_gym.retrieval.corpus import Hit, Passage
+from agent_gym.core.passages import Passage
+from agent_gym.retrieval.corpus import Hit
 
 __all__ = ["InstanceCache", "Retriever", "allowed_positions", "check_allowed", "check_k", "check_queries"]
 

@@ -38,8 +38,9 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
+from agent_gym.core.passages import Passage
 from agent_gym.retrieval.base import InstanceCache, allowed_positions, check_k, check_queries
-from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
+from agent_gym.retrieval.corpus import Hit, as_passage_list
 
 __all__ = ["Analyzer", "BM25Retriever", "corpus_key"]
 

@@ -43,9 +43,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from agent_gym.core.passages import Passage
 from agent_gym.retrieval.base import InstanceCache, allowed_positions, check_k, check_queries
 from agent_gym.retrieval.bm25 import corpus_key
-from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
+from agent_gym.retrieval.corpus import Hit, as_passage_list
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

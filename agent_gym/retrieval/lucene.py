@@ -55,9 +55,10 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agent_gym.core.passages import Passage
 from agent_gym.retrieval.base import InstanceCache, check_allowed, check_k, check_queries
 from agent_gym.retrieval.bm25 import corpus_key
-from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list, parse_contents
+from agent_gym.retrieval.corpus import Hit, as_passage_list, parse_contents
 
 __all__ = ["LuceneRetriever", "build_index", "default_cache_dir", "find_java_home"]
 
