@@ -11,8 +11,9 @@ Example:
     ['AgentR1/HotpotQA-v0']
 """
 
-from agent_gym.core.env import EpisodeOverError, EpisodeState, StopReason, ToolEnv
+from agent_gym.core.env import EpisodeOverError, EpisodeState, OnNoAction, ToolEnv
 from agent_gym.core.history import History, Message, Role, ToolCall, ToolResult
+from agent_gym.core.info import ResetInfo, StepInfo, StopReason, ToolCallInfo
 from agent_gym.core.noise import RetrievalNoise, ToolNoise
 from agent_gym.core.parsing import ActionFormat, ParsedAction, TagParser, ToolCallParser
 from agent_gym.core.rubric import RewardError, RewardTerm, Rubric, Transition
@@ -29,17 +30,21 @@ __all__ = [
     "FunctionTool",
     "History",
     "Message",
+    "OnNoAction",
     "ParsedAction",
+    "ResetInfo",
     "RetrievalNoise",
     "RewardError",
     "RewardTerm",
     "Role",
     "Rubric",
+    "StepInfo",
     "StopReason",
     "TagParser",
     "TextSpace",
     "Tool",
     "ToolCall",
+    "ToolCallInfo",
     "ToolCallParser",
     "ToolContext",
     "ToolEnv",

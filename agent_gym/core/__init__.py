@@ -1,1 +1,1 @@
-"""The core contract: spaces, history, tools, parsing, rubric, noise, ToolEnv."""
+"""The core contract: spaces, history, tools, parsing, rubric, noise, the typed step info, ToolEnv."""

@@ -37,28 +37,31 @@ import json
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 
 from agent_gym.core.history import History, Message, ToolCall, ToolResult, render_message
+from agent_gym.core.info import BaseInfo, ResetInfo, StepInfo, StopReason, ToolCallInfo
 from agent_gym.core.noise import ToolNoise, coerce_noise
 from agent_gym.core.parsing import ActionFormat, ParsedAction, make_parser, not_a_string
 from agent_gym.core.rubric import Rubric, Transition
 from agent_gym.core.spaces import TextSpace
 from agent_gym.core.tool import Tool, ToolContext
 
-__all__ = ["EpisodeOverError", "EpisodeState", "StopReason", "ToolEnv"]
+__all__ = ["EpisodeOverError", "EpisodeState", "OnNoAction", "StopReason", "ToolEnv"]
 
 TaskT = TypeVar("TaskT")
 
 
-class StopReason:
-    """Values of ``info["stop_reason"]``."""
+class OnNoAction(StrEnum):
+    """What an action that runs no tool and gives no well-formed answer does (``on_no_action=``)."""
 
-    ANSWER = "answer"
-    MAX_TURNS = "max_turns"
-    NO_ACTION = "no_action"
+    FEEDBACK = "feedback"
+    """An error observation answers it and the episode goes on."""
+    END = "end"
+    """The episode ends there (``terminated``, ``stop_reason`` ``"no_action"``, no answer)."""
 
 
 class EpisodeOverError(RuntimeError):
@@ -138,9 +141,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             even that does not fit, as its last ``max_observation_length``
             characters.
         max_result_length: Tool results are clipped to this many characters.
-        on_no_action: What an action that runs no tool and gives no
-            well-formed answer (plain text, a broken call) does:
-            ``"feedback"`` (default) answers it with an error observation and
+        on_no_action: An :class:`OnNoAction` (or its string value): what an
+            action that runs no tool and gives no well-formed answer (plain
+            text, a broken call) does: ``"feedback"`` (default) answers it with an error observation and
             the episode goes on; ``"end"`` ends the episode there
             (``terminated``, ``info["stop_reason"] == "no_action"``, no
             answer), as TRL's tool loop and Agent-R1's env do. Either way the
@@ -165,7 +168,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         max_action_length: int = 16_384,
         max_observation_length: int = 1_000_000,
         max_result_length: int = 4_000,
-        on_no_action: str = "feedback",
+        on_no_action: str | OnNoAction = OnNoAction.FEEDBACK,
         render_mode: str | None = None,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -178,9 +181,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         if action_format not in formats:
             raise ValueError(f"action_format must be one of {formats} (got {action_format!r})")
         self.action_format = ActionFormat(action_format)
-        if on_no_action not in ("feedback", "end"):
+        if on_no_action not in [r.value for r in OnNoAction]:
             raise ValueError(f"on_no_action must be 'feedback' or 'end' (got {on_no_action!r})")
-        self.on_no_action = on_no_action
+        self.on_no_action = OnNoAction(on_no_action)
         self.rubric = rubric
         self.tool_noise = coerce_noise(tool_noise)
         self.max_result_length = positive_int("max_result_length", max_result_length)
@@ -245,7 +248,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         raise KeyError(f"no task with id {task_id!r}")
 
     # -------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, ResetInfo]:
         """Start an episode.
 
         Options:
@@ -258,9 +261,10 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         question under the same noise; with different seeds, the same question
         under different noise (what GRPO groups need).
 
-        The reset ``info`` also carries ``"tools"``: the episode's tool schemas
-        in OpenAI / Hugging Face ``tools=`` format (step infos omit it: tools do
-        not change within an episode).
+        The reset ``info`` (a :class:`~agent_gym.core.info.ResetInfo`) also
+        carries ``"tools"``: the episode's tool schemas in OpenAI / Hugging
+        Face ``tools=`` format (step infos omit it: tools do not change within
+        an episode).
         """
         super().reset(seed=seed)
         index = self._select_task(options or {})
@@ -272,15 +276,15 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         state.history.append(Message.system(self.system_prompt(task, tools)))
         state.history.append(Message.user(self.user_prompt(task)))
         self._state = state
-        info = self._info(state, new_from=0)
-        info["tools"] = [t.schema() for t in tools]  # fixed for the episode, so only at reset
-        return self._render_observation(), info
+        tool_schemas = [t.schema() for t in tools]  # fixed for the episode, so only at reset
+        return self._render_observation(), ResetInfo(**self._info(state, new_from=0), tools=tool_schemas)
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
         """Parse the action, run its tools, apply the transition, score it, observe.
 
         Any ``str`` is a legal action (malformed text gets an error observation
         and the format penalty); nothing the agent writes makes this raise.
+        The ``info`` is a :class:`~agent_gym.core.info.StepInfo`.
 
         Raises:
             EpisodeOverError: Before ``reset()`` or after the episode terminated.
@@ -350,7 +354,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             state.found |= revealed
             history.append(Message.tool(call, result))
             results.append((call, result))
-        ends_here = self.on_no_action == "end" and not parsed.tool_calls and not parsed.is_final
+        ends_here = self.on_no_action is OnNoAction.END and not parsed.tool_calls and not parsed.is_final
         if not parsed.well_formed:
             state.malformed += 1
             if not ends_here:  # after the tool messages, which must follow their call in chat format
@@ -382,19 +386,20 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
 
     def _observe(
         self, transition: Transition, weighted: dict[str, float], raw: dict[str, float], first_new: int
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    ) -> tuple[str, float, bool, bool, StepInfo]:
         state = self._state
         assert state is not None
-        info = self._info(state, new_from=first_new)
-        info["reward_terms"] = weighted
-        info["reward_raw"] = raw
-        info["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": dict(c.arguments), "ok": r.ok, "content": r.content}
-            for c, r in transition.results
-        ]
-        info["format_errors"] = list(transition.action.errors)
-        info["noise_events"] = list(transition.noise_events)
-        info["new_evidence"] = sorted(transition.new_evidence)
+        info = StepInfo(
+            **self._info(state, new_from=first_new, reward_terms=weighted),
+            reward_raw=raw,
+            tool_calls=[
+                ToolCallInfo(id=c.id, name=c.name, arguments=dict(c.arguments), ok=r.ok, content=r.content)
+                for c, r in transition.results
+            ],
+            format_errors=list(transition.action.errors),
+            noise_events=list(transition.noise_events),
+            new_evidence=sorted(transition.new_evidence),
+        )
         if state.done:  # a final answer, or (``on_no_action="end"``) no action
             info["stop_reason"] = StopReason.ANSWER if transition.terminated else StopReason.NO_ACTION
             info["metrics"] = self._episode_metrics(state)
@@ -464,18 +469,20 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             metrics["evidence_recall"] = state.potential
         return metrics
 
-    def _info(self, state: EpisodeState[TaskT], new_from: int) -> dict[str, Any]:
-        return {
-            "task_id": self.task_id(state.task),
-            "task_index": state.task_index,
-            "turn": state.turn,
-            "stop_reason": None,
-            "messages": state.history.to_chat(),
-            "new_messages": [m.to_chat() for m in state.history.messages[new_from:]],
-            "reward_terms": {},
-            "evidence_found": len(state.found & state.evidence),
-            "evidence_total": len(state.evidence),
-        }
+    def _info(
+        self, state: EpisodeState[TaskT], new_from: int, reward_terms: dict[str, float] | None = None
+    ) -> BaseInfo:
+        return BaseInfo(
+            task_id=self.task_id(state.task),
+            task_index=state.task_index,
+            turn=state.turn,
+            stop_reason=None,
+            messages=state.history.to_chat(),
+            new_messages=[m.to_chat() for m in state.history.messages[new_from:]],
+            reward_terms={} if reward_terms is None else reward_terms,
+            evidence_found=len(state.found & state.evidence),
+            evidence_total=len(state.evidence),
+        )
 
     @property
     def state(self) -> EpisodeState[TaskT] | None:

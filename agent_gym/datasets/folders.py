@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_gym.retrieval.files import DatasetFormatError
+from agent_gym.core.files import DatasetFormatError
 
 __all__ = ["DATA_SUFFIXES", "file_group", "memory_records", "select_data_files"]
 

@@ -41,9 +41,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from agent_gym.core.files import iter_records
 from agent_gym.datasets.folders import DATA_SUFFIXES, memory_records, select_data_files
 from agent_gym.datasets.records import DatasetFormatError, Paragraph, QATask, SubQuestion
-from agent_gym.retrieval.files import iter_records
 
 __all__ = [
     "DATA_SUFFIXES",

@@ -3,7 +3,7 @@
 One :class:`QATask` describes a question from HotpotQA, 2WikiMultihopQA or
 MuSiQue: the question, its gold answers (aliases included), the context
 paragraphs, and which of them support the answer. Paragraph ids are
-:func:`agent_gym.retrieval.passage_id` of the paragraph's title and text, so a
+:func:`agent_gym.core.passages.passage_id` of the paragraph's title and text, so a
 retriever's hits map straight onto gold supporting paragraphs.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent_gym.retrieval import Passage, passage_id
-from agent_gym.retrieval.files import DatasetFormatError
+from agent_gym.core.files import DatasetFormatError
+from agent_gym.core.passages import Passage, passage_id
 
 __all__ = ["DatasetFormatError", "Paragraph", "QATask", "SubQuestion"]
 
@@ -39,7 +39,7 @@ class Paragraph:
         object.__setattr__(self, "id", passage_id(self.title, text))
 
     def to_passage(self) -> Passage:
-        """This paragraph as a retrieval :class:`~agent_gym.retrieval.Passage`."""
+        """This paragraph as a retrieval :class:`~agent_gym.core.passages.Passage`."""
         return Passage(id=self.id, title=self.title, text=self.text)
 
 

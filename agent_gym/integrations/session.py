@@ -228,7 +228,7 @@ class EnvSession:
         results = [m for m in new if m["role"] == "tool"]
         used: set[int] = set()
         answers: list[dict[str, Any]] = []
-        why_not = "; ".join(info.get("format_errors") or ()) or "the env did not run it"
+        why_not = "; ".join(info["format_errors"]) or "the env did not run it"
         for call, arguments, problem in formatted:
             content = f"Error: {problem}" if problem else None
             if content is None:
@@ -260,8 +260,8 @@ class EnvSession:
 
     @property
     def stop_reason(self) -> str | None:
-        """``"answer"``, ``"max_turns"`` or ``None`` while the episode runs."""
-        return self.last_info.get("stop_reason")
+        """``"answer"``, ``"no_action"``, ``"max_turns"``, or ``None`` while the episode runs (or before it)."""
+        return self.last_info["stop_reason"] if self.last_info else None
 
     def close(self) -> None:
         """Close the env."""

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, runtime_checkable
 
 import numpy as np
 
-from agent_gym.retrieval.corpus import Hit, Passage
+from agent_gym.core.passages import Passage
+from agent_gym.retrieval.corpus import Hit, as_passage_list
 
-__all__ = ["InstanceCache", "Retriever", "allowed_positions", "check_allowed", "check_k", "check_queries"]
+__all__ = [
+    "InstanceCache",
+    "Retriever",
+    "SharedInstances",
+    "allowed_positions",
+    "check_allowed",
+    "check_k",
+    "check_queries",
+    "corpus_key",
+]
 
 T = TypeVar("T")
 
@@ -82,6 +93,49 @@ class InstanceCache(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def corpus_key(passages: Iterable[Passage], *extra: object) -> str:
+    """A sha1 over every passage's id, title and text (plus ``extra`` settings)."""
+    h = hashlib.sha1(repr(extra).encode())
+    for p in passages:
+        h.update(f"{p.id}\0{p.title}\0{p.text}\0".encode())
+    return h.hexdigest()
+
+
+class SharedInstances:
+    """The one retriever cache: what a backend's ``cached()`` and ``clear_cache()`` share.
+
+    Each subclass gets its own :class:`InstanceCache` of ``cache_size``
+    instances (least recently used evicted) and writes its typed ``cached()``
+    as one call to :meth:`_shared`, naming the settings that change the index;
+    the key is :func:`corpus_key` of the passages, the class and those settings.
+    """
+
+    cache_size: ClassVar[int] = 8
+    """How many distinct corpora (and settings) ``cached()`` keeps."""
+    _cache: ClassVar[InstanceCache[Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._cache = InstanceCache(size=cls.cache_size)
+
+    @classmethod
+    def _shared(
+        cls, passages: Iterable[Passage], settings: tuple[object, ...], build: Callable[[list[Passage]], Self]
+    ) -> Self:
+        """The instance for ``passages`` and ``settings``, made by ``build(unique passages)`` on the first call.
+
+        Thread-safe: concurrent first calls for the same key build it once.
+        """
+        items = as_passage_list(passages)
+        key = corpus_key(items, cls.__qualname__, *settings)
+        return cls._cache.get_or_build(key, lambda: build(items))
+
+    @classmethod
+    def clear_cache(cls) -> None:
+        """Forget every instance held by ``cached()`` (whatever the backend keeps on disk stays)."""
+        cls._cache.clear()
 
 
 # --- argument checks shared by every backend (same errors everywhere) -------

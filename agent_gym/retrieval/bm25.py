@@ -27,21 +27,20 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
-from collections.abc import Collection, Iterable, Sequence
-from typing import ClassVar
+from collections.abc import Collection, Sequence
 
 import bm25s
 import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from agent_gym.retrieval.base import InstanceCache, allowed_positions, check_k, check_queries
-from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
+from agent_gym.core.passages import Passage
+from agent_gym.retrieval.base import SharedInstances, allowed_positions, check_k, check_queries, corpus_key
+from agent_gym.retrieval.corpus import Hit, as_passage_list
 
-__all__ = ["Analyzer", "BM25Retriever", "corpus_key"]
+__all__ = ["Analyzer", "BM25Retriever", "corpus_key"]  # corpus_key: re-exported from .base
 
 _TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")
 
@@ -74,15 +73,7 @@ class Analyzer:
         return stem.stemWords(words)
 
 
-def corpus_key(passages: Iterable[Passage], *extra: object) -> str:
-    """A sha1 over every passage's id, title and text (plus ``extra`` settings)."""
-    h = hashlib.sha1(repr(extra).encode())
-    for p in passages:
-        h.update(f"{p.id}\0{p.title}\0{p.text}\0".encode())
-    return h.hexdigest()
-
-
-class BM25Retriever:
+class BM25Retriever(SharedInstances):
     """BM25 over an in-memory corpus (``bm25s`` index, Lucene scoring).
 
     Args:
@@ -96,7 +87,7 @@ class BM25Retriever:
         passages: The unique passages, in index order.
     """
 
-    _cache: ClassVar[InstanceCache[BM25Retriever]] = InstanceCache(size=8)
+    cache_size = 8
     """The instances :meth:`cached` shares: 8 distinct corpora, least recently used evicted."""
 
     def __init__(
@@ -131,15 +122,9 @@ class BM25Retriever:
         The key is a sha1 of every passage's id, title and text plus the
         settings; the 8 most recently used indexes are kept (``_cache.size``).
         Thread-safe: concurrent calls for the same corpus build it once.
+        :meth:`clear_cache` forgets them.
         """
-        items = as_passage_list(passages)
-        key = corpus_key(items, cls.__qualname__, k1, b, stemmer)
-        return cls._cache.get_or_build(key, lambda: cls(items, k1=k1, b=b, stemmer=stemmer))
-
-    @classmethod
-    def clear_cache(cls) -> None:
-        """Forget every index held by :meth:`cached`."""
-        cls._cache.clear()
+        return cls._shared(passages, (k1, b, stemmer), lambda items: cls(items, k1=k1, b=b, stemmer=stemmer))
 
     def __len__(self) -> int:
         return len(self.passages)

@@ -1,6 +1,8 @@
 """Passages, search hits, stable passage ids and corpus files.
 
-A corpus is a list of :class:`Passage` objects. QA loaders build them from a
+A corpus is a list of :class:`Passage` objects (defined on the ground floor,
+:mod:`agent_gym.core.passages`, and re-exported here, since QA datasets build
+them too). QA loaders build them from a
 question's context paragraphs with :func:`passage_id`, so the gold supporting
 paragraphs of a question map to the ids a retriever returns. Standalone
 corpora (DPR / Search-R1 ``{"id", "contents"}`` JSONL, or ``{"title", "text"}``
@@ -17,43 +19,15 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_gym.retrieval.files import DatasetFormatError, iter_records
+from agent_gym.core.files import DatasetFormatError, iter_records
+from agent_gym.core.passages import Passage, passage_id
 
 __all__ = ["DatasetFormatError", "Hit", "Passage", "dedupe_passages", "load_corpus", "parse_contents", "passage_id"]
-
-
-@dataclass(frozen=True)
-class Passage:
-    """One retrievable unit of text (a paragraph or a 100-word chunk).
-
-    Attributes:
-        id: Unique id within a corpus (see :func:`passage_id`).
-        title: The title of the page the passage comes from (may be empty).
-        text: The passage text, without the title.
-    """
-
-    id: str
-    title: str
-    text: str
-
-    def __post_init__(self) -> None:
-        for name in ("id", "title", "text"):
-            value = getattr(self, name)
-            if not isinstance(value, str):
-                raise TypeError(f"Passage.{name} must be a str, got {type(value).__name__}")
-        if not self.id:
-            raise ValueError("Passage.id must not be empty")
-
-    @property
-    def contents(self) -> str:
-        """``title`` and ``text`` on two lines: what a retriever indexes."""
-        return f"{self.title}\n{self.text}"
 
 
 @dataclass(frozen=True)
@@ -69,23 +43,6 @@ class Hit:
     passage: Passage
     score: float
     rank: int
-
-
-def passage_id(title: str, text: str) -> str:
-    """A stable, content-derived id: ``"<title>#<first 10 hex digits of sha1(title + '\\n' + text)>"``.
-
-    The same paragraph gets the same id in every process and in every dataset
-    file, so gold supporting paragraphs can be matched to retrieved passages.
-
-    Args:
-        title: The passage title.
-        text: The passage text.
-
-    Returns:
-        The id string.
-    """
-    digest = hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:10]
-    return f"{title}#{digest}"
 
 
 def parse_contents(contents: str) -> tuple[str, str]:

@@ -39,13 +39,13 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agent_gym.retrieval.base import InstanceCache, allowed_positions, check_k, check_queries
-from agent_gym.retrieval.bm25 import corpus_key
-from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list
+from agent_gym.core.passages import Passage
+from agent_gym.retrieval.base import SharedInstances, allowed_positions, check_k, check_queries, corpus_key
+from agent_gym.retrieval.corpus import Hit, as_passage_list
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -143,7 +143,7 @@ def _model_key(model: str | Path | SentenceTransformer | None) -> str:
     return _weights_fingerprint(model)
 
 
-class DenseRetriever:
+class DenseRetriever(SharedInstances):
     """Exact cosine-similarity search over sentence-transformers embeddings.
 
     Args:
@@ -170,7 +170,7 @@ class DenseRetriever:
     two threads at once) is behind a lock; scoring reads only frozen arrays.
     """
 
-    _cache: ClassVar[InstanceCache[DenseRetriever]] = InstanceCache(size=4)
+    cache_size = 4
     """How many distinct corpora :meth:`cached` keeps in memory (least recently used evicted)."""
 
     def __init__(
@@ -228,15 +228,9 @@ class DenseRetriever:
                 the first call's settings win.
 
         Thread-safe: concurrent calls for the same corpus build it once.
+        :meth:`clear_cache` forgets the instances (the disk cache is kept).
         """
-        items = as_passage_list(passages)
-        key = corpus_key(items, cls.__qualname__, _model_key(model))
-        return cls._cache.get_or_build(key, lambda: cls(items, model=model, **kwargs))
-
-    @classmethod
-    def clear_cache(cls) -> None:
-        """Forget every instance held by :meth:`cached` (the disk cache is kept)."""
-        cls._cache.clear()
+        return cls._shared(passages, (_model_key(model),), lambda items: cls(items, model=model, **kwargs))
 
     def __len__(self) -> int:
         return len(self.passages)

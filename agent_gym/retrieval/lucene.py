@@ -53,11 +53,11 @@ import tempfile
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from agent_gym.retrieval.base import InstanceCache, check_allowed, check_k, check_queries
-from agent_gym.retrieval.bm25 import corpus_key
-from agent_gym.retrieval.corpus import Hit, Passage, as_passage_list, parse_contents
+from agent_gym.core.passages import Passage
+from agent_gym.retrieval.base import SharedInstances, check_allowed, check_k, check_queries, corpus_key
+from agent_gym.retrieval.corpus import Hit, as_passage_list, parse_contents
 
 __all__ = ["LuceneRetriever", "build_index", "default_cache_dir", "find_java_home"]
 
@@ -222,7 +222,7 @@ def _is_index(path: Path) -> bool:
     return path.is_dir() and any(path.glob("segments_*"))
 
 
-class LuceneRetriever:
+class LuceneRetriever(SharedInstances):
     """BM25 over a Lucene index, searched with pyserini's ``LuceneSearcher``.
 
     Args:
@@ -243,7 +243,7 @@ class LuceneRetriever:
         RuntimeError: If no Java 21+ is available or indexing fails.
     """
 
-    _cache: ClassVar[InstanceCache[LuceneRetriever]] = InstanceCache(size=8)
+    cache_size = 8
     """How many distinct corpora :meth:`cached` keeps open (least recently used evicted)."""
 
     def __init__(
@@ -311,15 +311,10 @@ class LuceneRetriever:
         """One shared instance per distinct corpus and settings (the on-disk index is shared across processes too).
 
         Thread-safe: concurrent calls for the same corpus build it once.
+        :meth:`clear_cache` forgets the instances (the on-disk indexes stay).
         """
-        items = as_passage_list(passages)
-        key = corpus_key(items, cls.__qualname__, k1, b, None if cache_dir is None else str(cache_dir))
-        return cls._cache.get_or_build(key, lambda: cls(items, k1=k1, b=b, cache_dir=cache_dir))
-
-    @classmethod
-    def clear_cache(cls) -> None:
-        """Forget every instance held by :meth:`cached` (the on-disk indexes stay)."""
-        cls._cache.clear()
+        settings = (k1, b, None if cache_dir is None else str(cache_dir))
+        return cls._shared(passages, settings, lambda items: cls(items, k1=k1, b=b, cache_dir=cache_dir))
 
     def __len__(self) -> int:
         return len(self.passages)

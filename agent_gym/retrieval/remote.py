@@ -43,9 +43,10 @@ from typing import Any
 
 import httpx
 
+from agent_gym.core.files import loads
+from agent_gym.core.passages import Passage, passage_id
 from agent_gym.retrieval.base import check_k, check_queries
-from agent_gym.retrieval.corpus import Hit, Passage, parse_contents, passage_id
-from agent_gym.retrieval.files import loads
+from agent_gym.retrieval.corpus import Hit, parse_contents
 
 __all__ = ["RemoteRetriever", "RemoteRetrieverError"]
 

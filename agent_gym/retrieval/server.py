@@ -43,8 +43,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_gym.core.passages import Passage
+from agent_gym.datasets import load_qa
 from agent_gym.retrieval.base import Retriever
-from agent_gym.retrieval.corpus import Hit, Passage, dedupe_passages, load_corpus
+from agent_gym.retrieval.corpus import Hit, dedupe_passages, load_corpus
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -293,8 +295,6 @@ class BackgroundServer:
 def _passages(args: argparse.Namespace) -> list[Passage]:
     if args.corpus:
         return load_corpus(args.corpus)
-    from agent_gym.datasets import load_qa
-
     tasks = load_qa(args.qa_data, data_files=args.data_files, include_unanswerable=True)
     return dedupe_passages(p.to_passage() for t in tasks for p in t.paragraphs)
 

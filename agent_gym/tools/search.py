@@ -26,9 +26,10 @@ from typing import Any
 
 from agent_gym.core.history import ToolResult
 from agent_gym.core.noise import ToolNoise
+from agent_gym.core.passages import Passage
 from agent_gym.core.tool import Tool, ToolContext
 from agent_gym.retrieval.base import Retriever
-from agent_gym.retrieval.corpus import Hit, Passage
+from agent_gym.retrieval.corpus import Hit
 
 __all__ = ["SearchTool", "format_passages"]
 

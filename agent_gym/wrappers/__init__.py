@@ -15,7 +15,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.utils import RecordConstructorArgs
 
-from agent_gym.core.env import EpisodeOverError, StopReason
+from agent_gym.core.env import EpisodeOverError
+from agent_gym.core.info import StopReason
 
 __all__ = ["RecordStopReason"]
 
@@ -58,10 +59,10 @@ class RecordStopReason(gym.Wrapper[str, str, str, str], RecordConstructorArgs):
         if self._ended is not None:
             raise EpisodeOverError(f"the episode was {self._ended}; call reset() to start a new one")
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if truncated and not terminated and info.get("stop_reason") is None:
+        if truncated and not terminated and info["stop_reason"] is None:
             info["stop_reason"] = StopReason.MAX_TURNS
         if terminated:
-            self._ended = f"terminated ({info.get('stop_reason')})"
+            self._ended = f"terminated ({info['stop_reason']})"
         elif truncated:
-            self._ended = f"truncated ({info.get('stop_reason')})"
+            self._ended = f"truncated ({info['stop_reason']})"
         return obs, reward, terminated, truncated, info

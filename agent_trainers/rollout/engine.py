@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
+from agent_gym.core.info import ResetInfo, StepInfo
 from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPolicy, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
 from agent_trainers.rollout.concurrency import run_with_timeouts
@@ -36,7 +37,7 @@ from agent_trainers.rollout.types import StopReason, Trajectory, TurnSpan
 
 __all__ = ["rollout", "stop_strings_for"]
 
-Step = tuple[Any, float, bool, bool, dict[str, Any]]
+Step = tuple[Any, float, bool, bool, StepInfo]
 
 
 def stop_strings_for(env: gym.Env) -> list[str]:
@@ -67,11 +68,11 @@ class _Episode:
     def length(self) -> int:
         return len(self.traj.prompt_ids) + len(self.traj.completion_ids)
 
-    def start(self, info: dict[str, Any]) -> None:
+    def start(self, info: ResetInfo) -> None:
         self.messages = [dict(m) for m in info["messages"]]
         self.traj.messages = [dict(m) for m in info["messages"]]
-        self.traj.task_id = str(info.get("task_id", ""))
-        self.traj.evidence_total = int(info.get("evidence_total", 0))
+        self.traj.task_id = str(info["task_id"])
+        self.traj.evidence_total = int(info["evidence_total"])
         if self.chat is not None:
             self.traj.prompt_ids = self.chat.prompt_ids(self.messages, self.traj.tools)
 
@@ -104,24 +105,24 @@ class _Episode:
         """Store the step's reward and messages; return the env's new messages and whether the episode is over."""
         _obs, reward, terminated, truncated, info = step
         turn = self.traj.turns[-1]
-        turn.reward, turn.reward_terms = float(reward), {k: float(v) for k, v in info.get("reward_terms", {}).items()}
-        turn.format_errors = [str(e) for e in info.get("format_errors", [])]
-        self.traj.evidence_found = int(info.get("evidence_found", 0))
-        self.traj.evidence_total = int(info.get("evidence_total", 0))
-        new = [dict(m) for m in info.get("new_messages", [])]
-        if new and new[0].get("role") == "assistant":
+        turn.reward, turn.reward_terms = float(reward), {k: float(v) for k, v in info["reward_terms"].items()}
+        turn.format_errors = [str(e) for e in info["format_errors"]]
+        self.traj.evidence_found = int(info["evidence_found"])
+        self.traj.evidence_total = int(info["evidence_total"])
+        new = [dict(m) for m in info["new_messages"]]
+        if new and new[0]["role"] == "assistant":
             new = new[1:]
         self.messages = [dict(m) for m in info["messages"]]
         self.traj.messages = [dict(m) for m in info["messages"]]
         if terminated:
             self.traj.terminated = True
-            self.traj.metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
+            self.traj.metrics = {k: float(v) for k, v in info["metrics"].items()}  # a terminated step carries them
         return new, bool(terminated or truncated)
 
     def end_if_over(self, step: Step) -> None:
         _obs, _reward, terminated, truncated, info = step
         if terminated or truncated:
-            reason = info.get("stop_reason") or (StopReason.ANSWER if terminated else StopReason.MAX_TURNS)
+            reason = info["stop_reason"] or (StopReason.ANSWER if terminated else StopReason.MAX_TURNS)
             self.finish(str(reason), truncated=bool(truncated) and not terminated)
 
     def apply_step(self, step: Step, budget: int) -> None:
@@ -267,7 +268,7 @@ def _make_episodes(
             env = make_env(env_id, **make_kwargs)
             traj = Trajectory(env_id, dict(kwargs), ep_seed, "", int(index), p)
             _obs, info = env.reset(seed=ep_seed, options={"task_index": int(index)})
-            traj.tools = list(info.get("tools", [])) if cfg.render_tools else []
+            traj.tools = list(info["tools"]) if cfg.render_tools else []
             ep = _Episode(env, traj, chat)
             ep.start(info)
             episodes.append(ep)

@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from agent_gym import StopReason as _EnvStopReason
+from agent_gym.core.info import StopReason
 
 __all__ = ["StopReason", "Trajectory", "TurnSpan"]
-
-
-class StopReason(StrEnum):
-    """Why an episode ended: the env's own reasons (from ``agent_gym``) plus the engine's.
-
-    ``Trajectory.stop_reason`` is a plain ``str``: an env may report reasons of its own.
-    """
-
-    ANSWER = str(_EnvStopReason.ANSWER)
-    """The env: an answer ended the task (``terminated``)."""
-    MAX_TURNS = str(_EnvStopReason.MAX_TURNS)
-    """The env: the turn limit ran out (``truncated``)."""
-    NO_ACTION = str(_EnvStopReason.NO_ACTION)
-    """The env (``on_no_action="end"``): a reply ran no tool and gave no answer (``terminated``, unanswered)."""
-    TOKEN_BUDGET = "token_budget"
-    """The engine: the trajectory's token budget ran out."""
-    TOOL_TIMEOUT = "tool_timeout"
-    """The engine: an env step took longer than ``tool_timeout_s``."""
-    ENV_ERROR = "env_error"
-    """The engine: the env raised an exception."""
+# ``StopReason`` is agent_gym's enum itself (one closed set for env and engine): the env's reasons
+# (answer, no_action, max_turns) and the engine's (token_budget, tool_timeout, env_error).
 
 
 @dataclass
@@ -74,7 +55,8 @@ class Trajectory:
             model turn if it never reached the env (token budget, time-out).
         metrics: ``info["metrics"]`` at the end; empty unless the env reported
             them (absent metrics are absent, never 0.0).
-        stop_reason: A :class:`StopReason` value or the env's own.
+        stop_reason: A :class:`StopReason` value (stored as a plain ``str``,
+            so a user's env may report reasons of its own).
         terminated: The env ended the episode (an answer, or with
             ``on_no_action="end"`` a reply without an action: see ``answered``).
         truncated: A budget or failure cut the episode.
