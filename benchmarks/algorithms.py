@@ -81,7 +81,7 @@ class Args:
     seed: int = 0
     """Seed of the warm-up and of every RL run."""
     threads: int = 1
-    """torch CPU threads per process."""
+    """torch CPU threads per process (0: torch's default)."""
     out: str = "runs/bench-algorithms"
     """Where the warm-up checkpoint and each algorithm's run go."""
     child: str = ""
@@ -211,9 +211,9 @@ def run_algorithm(args: Args, algorithm: str, progress: Any = None) -> dict[str,
 
 
 def _child_main(args: Args, algorithm: str, progress: Any) -> dict[str, Any]:
-    import torch
+    from agent_trainers.policies.threads import apply_threads
 
-    torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     return run_algorithm(args, algorithm, progress)
 
 
@@ -279,9 +279,9 @@ def main() -> int:
     if unknown:
         print(f"algorithms.py: error: unknown algorithm(s) {unknown}; choose from {list(ALGORITHMS)}", file=sys.stderr)
         return 2
-    import torch
+    from agent_trainers.policies.threads import apply_threads
 
-    torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     start = time.perf_counter()
     with tqdm(total=args.warmup_steps + len(algorithms) * args.steps, unit="step", desc="algorithms.py") as bar:
         warm_up(args, bar)

@@ -285,12 +285,10 @@ def _rss_mb() -> float:
 
 def _run_path(args: Args) -> dict[str, Any]:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
-
     from agent_trainers.policies import load_model
+    from agent_trainers.policies.threads import apply_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     timers = Timers()
     _instrument(timers, args.path)
     model, tok = load_model(args.model, device="cpu")

@@ -55,6 +55,7 @@ from agent_trainers.policies import (
     load_model,
     load_tokenizer,
 )
+from agent_trainers.policies.threads import apply_threads
 from agent_trainers.rollout import RolloutConfig, Trajectory, rollout
 
 
@@ -399,8 +400,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
 
 def main() -> None:
     args = parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     print(f"args: {args}  torch threads: {torch.get_num_threads()}")
     if args.ray_actors:
         ray_pool_rows(args, load_tokenizer("smollm2"))
