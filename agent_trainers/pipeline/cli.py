@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
     demo = sub.add_parser("demo", help="the README's main job: SFT + GRPO on HotpotQA, before/after table")
-    demo.add_argument("--config", default=None, help="config file (default: configs/demo.yaml's settings)")
+    demo.add_argument("--config", default=None, help="config file (default: the packaged demo.yaml)")
     demo.add_argument("--output-dir", default=None, help="where to write the run")
     demo.add_argument("--quick", action="store_true", help="a much shorter run (smoke test)")
     demo.add_argument("--resume", action="store_true")
