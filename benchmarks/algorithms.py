@@ -23,18 +23,19 @@ Run:
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import random
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
+
+import tyro
 
 ALGORITHMS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
 ENV_ID = "AgentR1/Bandit-v0"
@@ -80,22 +81,16 @@ class Args:
     seed: int = 0
     """Seed of the warm-up and of every RL run."""
     threads: int = 1
-    """torch CPU threads per process."""
+    """torch CPU threads per process (0: torch's default)."""
     out: str = "runs/bench-algorithms"
     """Where the warm-up checkpoint and each algorithm's run go."""
     child: str = ""
     """Internal: run this algorithm's RL and print its results as JSON."""
 
 
-def _parse() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in dataclasses.fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action="store_true", default=f.default)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    args = Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    args = tyro.cli(Args, description=__doc__, args=argv)
     if args.quick:
         args.steps = 10
     return args
@@ -216,9 +211,9 @@ def run_algorithm(args: Args, algorithm: str, progress: Any = None) -> dict[str,
 
 
 def _child_main(args: Args, algorithm: str, progress: Any) -> dict[str, Any]:
-    import torch
+    from agent_trainers.policies.threads import apply_threads
 
-    torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     return run_algorithm(args, algorithm, progress)
 
 
@@ -278,15 +273,15 @@ def main() -> int:
     """Run the warm-up, every algorithm, and print the table."""
     from tqdm import tqdm
 
-    args = _parse()
+    args = parse_args()
     algorithms = ["grpo", *[a for a in args.algorithms.split(",") if a and a != "grpo"]]
     unknown = sorted(set(algorithms) - set(ALGORITHMS))
     if unknown:
         print(f"algorithms.py: error: unknown algorithm(s) {unknown}; choose from {list(ALGORITHMS)}", file=sys.stderr)
         return 2
-    import torch
+    from agent_trainers.policies.threads import apply_threads
 
-    torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     start = time.perf_counter()
     with tqdm(total=args.warmup_steps + len(algorithms) * args.steps, unit="step", desc="algorithms.py") as bar:
         warm_up(args, bar)

@@ -20,13 +20,14 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import time
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import tyro
 
 import agent_gym
 from agent_gym.core.tool import Tool, ToolContext
@@ -46,14 +47,9 @@ class Args:
     """Untimed episodes first (index building, caches), on seeds after the timed ones."""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        if f.name == "env_ids":
-            parser.add_argument("--env-ids", nargs="*", default=[], help="environment ids (default: all)")
-        else:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 class _Recorder:

@@ -25,18 +25,19 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import math
 import resource
 import time
 import traceback
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import tyro
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from tqdm import tqdm
@@ -82,17 +83,9 @@ class Args:
     """The target: no step slower than this (what the issue asks of any 1 MiB action)."""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.name == "env_ids":
-            parser.add_argument(flag, nargs="*", default=[], help="environment ids (default: all)")
-        elif isinstance(f.default, bool):
-            parser.add_argument(flag, action="store_true")
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    args = Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    args = tyro.cli(Args, description=__doc__, args=argv)
     if args.quick:
         args.actions = 500
     return args

@@ -54,7 +54,6 @@ Run:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -65,9 +64,12 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import tyro
 
 PARTS = ("generation", "env", "scoring", "forward", "backward", "other")
 
@@ -112,11 +114,9 @@ class Args:
     """Internal: the micro-batch of a single run (0: the whole group)."""
 
 
-def _parse() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in dataclasses.fields(Args):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 # ------------------------------------------------------------------ one run (subprocess)
@@ -285,12 +285,10 @@ def _rss_mb() -> float:
 
 def _run_path(args: Args) -> dict[str, Any]:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
-
     from agent_trainers.policies import load_model
+    from agent_trainers.policies.threads import apply_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     timers = Timers()
     _instrument(timers, args.path)
     model, tok = load_model(args.model, device="cpu")
@@ -369,7 +367,7 @@ def _report(args: Args, model: str, ours: dict[str, Any], refs: dict[int, dict[s
 
 
 def main() -> None:
-    args = _parse()
+    args = parse_args()
     if args.path:
         print("RESULT " + json.dumps(_run_path(args)))
         return

@@ -29,7 +29,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import importlib.util
@@ -37,12 +36,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
 import httpx
+import tyro
 from tqdm import tqdm
 
 import agent_gym
@@ -100,15 +100,9 @@ class Timing:
         return 1000 * self.seconds / max(self.steps, 1)
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.name in ("env_ids", "adapters"):
-            parser.add_argument(flag, nargs="*", default=[] if f.name == "env_ids" else list(ADAPTERS))
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 def oracle_episodes(env_id: str, args: Args) -> list[Episode]:

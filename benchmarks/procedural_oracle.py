@@ -18,12 +18,13 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import time
 import traceback
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import gymnasium as gym
+import tyro
 from tqdm import tqdm
 
 import agent_gym  # noqa: F401  (registers the ids)
@@ -43,15 +44,9 @@ class Args:
     """Steps per oracle episode before it counts as unsolved."""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.name == "env_ids":
-            parser.add_argument(flag, nargs="*", default=Args().env_ids, help="environment ids")
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 def oracle_solves(env: gym.Env, index: int, seed: int, max_steps: int) -> bool:

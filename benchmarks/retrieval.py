@@ -37,17 +37,17 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import bm25s
 import numpy as np
+import tyro
 from rank_bm25 import BM25Okapi
 from rich.console import Console
 from rich.table import Table
@@ -97,11 +97,9 @@ class Args:
     """Single dense searches timed (distinct questions, query cache off: each one runs the encoder)."""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 @dataclass

@@ -20,12 +20,11 @@
 
 Usage:
     python benchmarks/retrieval_server.py
-    python benchmarks/retrieval_server.py --queries 500 --load-requests 2000 --hostile false
+    python benchmarks/retrieval_server.py --queries 500 --load-requests 2000 --no-hostile
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -35,13 +34,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import psutil
+import tyro
 from tqdm import tqdm
 
 from agent_gym.datasets import embedded_path, load_qa
@@ -78,12 +79,9 @@ class Args:
     """Size of the huge body the hostile server sends."""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(f.default, bool) else type(f.default)
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 def corpus_and_queries(args: Args) -> tuple[list[Passage], list[str], str]:

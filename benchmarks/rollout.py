@@ -35,8 +35,6 @@ Run: ``python benchmarks/rollout.py`` (defaults take a few minutes on 2 CPU core
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import functools
 import statistics
 import time
@@ -46,6 +44,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+import tyro
 
 import agent_gym  # noqa: F401  (registers the environment ids)
 from agent_trainers.policies import (
@@ -56,6 +55,7 @@ from agent_trainers.policies import (
     load_model,
     load_tokenizer,
 )
+from agent_trainers.policies.threads import apply_threads
 from agent_trainers.rollout import RolloutConfig, Trajectory, rollout
 
 
@@ -393,21 +393,14 @@ def ray_pool_rows(args: Args, tok: Any) -> None:
     ray.shutdown()
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action="store_true", default=f.default)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 def main() -> None:
     args = parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     print(f"args: {args}  torch threads: {torch.get_num_threads()}")
     if args.ray_actors:
         ray_pool_rows(args, load_tokenizer("smollm2"))

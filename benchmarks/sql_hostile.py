@@ -28,16 +28,17 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import tyro
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,15 +130,9 @@ class Args:
     """Run only the queries whose name contains one of these words."""
 
 
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if f.name == "only":
-            parser.add_argument(flag, nargs="*", default=[], help="query name filters")
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 _CHILD = r"""

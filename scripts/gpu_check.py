@@ -24,19 +24,19 @@ or ``python scripts/gpu_check.py --tiny`` on any CPU.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import gc
 import importlib.util
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import tyro
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout, no install needed
@@ -273,15 +273,9 @@ def main(args: Args) -> None:
     print_table(rows, title)
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(Args):
-        flag = f"--{f.name.replace('_', '-')}"
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.name)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args(argv)))
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 #
 # The wheels are those the GPU image (Python 3.12, torch, transformers, accelerate, pyarrow, pandas, httpx,
 # ...) lacks: TRL and datasets, and what agent_gym / agent_trainers import (gymnasium, jsonschema, bm25s,
-# PyStemmer, pydantic), at the versions setup.cfg pins; about 6 MB.
+# PyStemmer, pydantic) and gpu_check.py's argument parser (tyro), at the versions setup.cfg pins; about 6 MB.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -26,14 +26,14 @@ if [ "${1:-}" = "--fetch-wheels" ]; then
     trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gymnasium==1.4.0 Farama-Notifications==0.0.6 \
     jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
     bm25s==0.3.16 PyStemmer==3.1.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
-    typing-inspection==0.4.5
+    typing-inspection==0.4.5 tyro==1.0.16 typeguard==4.6.1 docstring-parser==0.18.0 typing-extensions==4.16.0
   du -sh "$wheels"
   exit 0
 fi
 
-if ! "$python" -c "import trl, gymnasium, pydantic" 2>/dev/null; then
+if ! "$python" -c "import trl, gymnasium, pydantic, tyro" 2>/dev/null; then
   if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
-    echo "gpu_check: TRL/gymnasium/pydantic are missing and $wheels/ holds no wheels (run --fetch-wheels where pip works)" >&2
+    echo "gpu_check: TRL/gymnasium/pydantic/tyro are missing and $wheels/ holds no wheels (run --fetch-wheels where pip works)" >&2
     exit 1
   fi
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl

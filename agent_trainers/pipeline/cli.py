@@ -5,7 +5,8 @@ Sub-commands::
     agent-r1 envs                          list registered environments
     agent-r1 train --config FILE [--resume] [--set algorithm=rloo --set rl.steps=2 ...]
     agent-r1 eval  --env ID [--data-path P] [--method closed-book|naive-rag|base-tool-call|agent] [--model M]
-                   [--base-url URL] [--limit N] [--out DIR]   (resumable; see agent_trainers.pipeline.eval_commands)
+                   [--base-url URL] [--limit N] [--out DIR] [--max-new-tokens-per-turn N ...]
+                   (resumable; the rollout options are RolloutConfig's; see agent_trainers.pipeline.eval_commands)
     agent-r1 report DIR... [--out DIR]     the paper's Table 3 (Markdown + CSV) from eval folders
     agent-r1 view FILE.jsonl -o view.html  a self-contained HTML trajectory viewer
     agent-r1 serve-retrieval --corpus PATH [--backend bm25|lucene|dense] [--host H] [--port P]
@@ -28,7 +29,7 @@ import yaml
 from agent_trainers.errors import one_line
 from agent_trainers.pipeline.eval_commands import (
     add_parsers,
-    run_eval_command,
+    run_eval_cli,
     run_report_command,
     run_serve_retrieval,
     run_view_command,
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
     demo = sub.add_parser("demo", help="the README's main job: SFT + GRPO on HotpotQA, before/after table")
-    demo.add_argument("--config", default=None, help="config file (default: configs/demo.yaml's settings)")
+    demo.add_argument("--config", default=None, help="config file (default: the packaged demo.yaml)")
     demo.add_argument("--output-dir", default=None, help="where to write the run")
     demo.add_argument("--quick", action="store_true", help="a much shorter run (smoke test)")
     demo.add_argument("--resume", action="store_true")
@@ -107,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as err:
             print(f"agent-r1 serve-retrieval: error: {one_line(err)}", file=sys.stderr)
             return 2
-    commands = {"eval": run_eval_command, "report": run_report_command, "view": run_view_command}
+    if argv and argv[0] == "eval":  # its own parser, made from RolloutConfig when this command runs
+        return run_eval_cli(argv[1:])
+    commands = {"report": run_report_command, "view": run_view_command}
     args = build_parser().parse_args(argv)
     try:
         if args.command == "envs":

@@ -13,8 +13,8 @@ SmolLM2-135M-Instruct on CPU, multi-hop QA (``AgentR1/HotpotQA-v0``):
 Real data when ``../shared/data`` is present (train: the 100 official
 HotpotQA train questions; eval: the first questions of dev distractor sample
 a), else the embedded sample (train split / 8 held-aside test questions).
-The settings are those of ``configs/demo.yaml`` (kept in sync with
-:data:`DEMO_SETTINGS`).
+The settings are read from :data:`DEMO_CONFIG`, a file of the package
+(``configs/demo.yaml`` in a checkout links to it), so a pip install runs it too.
 """
 
 from __future__ import annotations
@@ -27,43 +27,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config, set_dotted
 
-__all__ = ["DEMO_SETTINGS", "QUICK_OVERRIDES", "SHARED_PREFIX", "demo_settings", "resolve_data", "run_demo"]
+__all__ = [
+    "DEMO_CONFIG",
+    "DEMO_SETTINGS",
+    "QUICK_OVERRIDES",
+    "SHARED_PREFIX",
+    "demo_settings",
+    "resolve_data",
+    "run_demo",
+]
 
 SHARED_PREFIX = "../shared/data/"
 """Data paths of the demo start with this; they resolve against ``$AGENT_R1_SHARED_DATA``, the working
 directory, or the repository root (in that order)."""
 
-_ENV = {"top_k": 2, "max_passage_chars": 300}  # 2 passages of 300 characters per search: sized for 2 CPU cores
-DEMO_SETTINGS: dict[str, Any] = {
-    "seed": 0,
-    "threads": "auto",
-    "output_dir": "runs/demo",
-    "algorithm": "grpo",
-    "device": "auto",
-    "report_to": "none",
-    "model": {"name": "smollm2"},
-    "env": {
-        "id": "AgentR1/HotpotQA-v0",
-        "train_kwargs": {"data_path": SHARED_PREFIX + "hotpotqa/train_100_official.json", **_ENV},
-        "eval_kwargs": {"data_path": SHARED_PREFIX + "hotpotqa/dev_distractor_sample_a_300.jsonl", **_ENV},
-    },
-    "rollout": {"max_turns": 4, "max_new_tokens_per_turn": 40, "max_total_tokens": 1280, "temperature": 1.0},
-    "sft": {"enabled": True, "episodes": 16, "epochs": 1.0, "learning_rate": 2e-4, "batch_size": 2},
-    "rl": {
-        "enabled": True,
-        "steps": 6,
-        "num_generations": 4,
-        "prompts_per_step": 1,
-        "micro_batch": 4,
-        "learning_rate": 1e-5,
-        "advantage": "turn",
-        "save_steps": 3,
-    },
-    "eval": {"tasks": 30, "temperature": 0.0, "every": 0, "batch_size": 32},
-}
-"""The demo's configuration (``configs/demo.yaml`` holds the same values)."""
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+"""The demo's settings file: ``agent_trainers/configs/demo.yaml``, package data of the wheel."""
+
+DEMO_SETTINGS: dict[str, Any] = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
+"""The demo's configuration, as read from :data:`DEMO_CONFIG` (copy it before changing it)."""
 
 QUICK_OVERRIDES: dict[str, Any] = {
     "sft": {"episodes": 4, "epochs": 1.0},

@@ -17,24 +17,38 @@ import inspect
 import json
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_parsers", "env_kwargs_from_args", "run_eval_command", "run_report_command", "run_view_command"]
+from agent_trainers.errors import one_line
+
+if TYPE_CHECKING:
+    from agent_trainers.rollout import RolloutConfig
+
+__all__ = [
+    "add_parsers",
+    "build_eval_parser",
+    "env_kwargs_from_args",
+    "eval_rollout",
+    "run_eval_cli",
+    "run_eval_command",
+    "run_report_command",
+    "run_view_command",
+]
 
 
-def _threads(value: str) -> int | str:
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto' (got {value!r})") from None
+EVAL_HELP = "evaluate a method (closed-book, naive-rag, base-tool-call, agent) on a dataset"
 
 
-def _add_eval_parser(sub: Any) -> None:
-    ev = sub.add_parser("eval", help="evaluate a method (closed-book, naive-rag, base-tool-call, agent) on a dataset")
+def build_eval_parser() -> argparse.ArgumentParser:
+    """The parser of ``agent-r1 eval``. Its rollout options are :class:`~agent_trainers.rollout.RolloutConfig`'s
+    fields (:func:`~agent_trainers.rollout.cli.add_rollout_options`), with :func:`eval_rollout`'s defaults."""
+    from agent_trainers.policies.threads import parse_threads
+    from agent_trainers.rollout.cli import add_rollout_options
+
+    ev = argparse.ArgumentParser(prog="agent-r1 eval", description=EVAL_HELP + ".")
     ev.add_argument("--env", default="AgentR1/HotpotQA-v0", help="environment id (see `agent-r1 envs`)")
     ev.add_argument("--data-path", help="a data file or folder (the env's data_path=; a folder must not mix splits)")
     ev.add_argument("--data-files", help="with a folder --data-path: a glob choosing its files (one split)")
@@ -56,21 +70,31 @@ def _add_eval_parser(sub: Any) -> None:
     ev.add_argument("--device", default="auto", help="auto (a GPU when present), cpu or cuda")
     ev.add_argument(
         "--threads",
-        type=_threads,
+        type=parse_threads,
         default=1,
         help="torch CPU threads (0: torch's default; auto: the cores idle at start)",
     )
     ev.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
     ev.add_argument("--chunk-size", type=int, default=16, help="questions played together")
-    ev.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
-    ev.add_argument("--max-new-tokens-per-turn", type=int, default=64)
-    ev.add_argument("--max-total-tokens", type=int, default=2048)
-    ev.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    add_rollout_options(ev, eval_rollout())
+    return ev
+
+
+def eval_rollout() -> RolloutConfig:
+    """The rollout defaults of ``agent-r1 eval``: :class:`~agent_trainers.rollout.RolloutConfig`'s, but greedy
+    (temperature 0, as the ``eval:`` section of a config defaults to)."""
+    from agent_trainers.rollout import RolloutConfig
+
+    return RolloutConfig(temperature=0.0)
 
 
 def add_parsers(sub: Any) -> None:
-    """Add the ``eval``, ``report``, ``view`` and ``serve-retrieval`` sub-commands to ``agent-r1``'s parser."""
-    _add_eval_parser(sub)
+    """Add the ``eval``, ``report``, ``view`` and ``serve-retrieval`` sub-commands to ``agent-r1``'s parser.
+
+    ``eval`` is a stub here: ``agent-r1 eval`` runs :func:`run_eval_cli`, whose parser reads
+    ``RolloutConfig`` (and so imports torch) only when that command runs.
+    """
+    sub.add_parser("eval", help=EVAL_HELP, add_help=False)
     rep = sub.add_parser("report", help="the paper's Table 3 from several `agent-r1 eval` folders")
     rep.add_argument("folders", nargs="+", help="evaluation folders (each with summary.json and episodes.jsonl)")
     rep.add_argument("--metric", default="em", help="em (default), f1, substring, answer_rate, ...")
@@ -124,16 +148,12 @@ def _policy(args: argparse.Namespace) -> Any:
         from agent_trainers.policies import OpenAIPolicy
 
         return OpenAIPolicy(args.base_url, args.api_model or args.model, api_key=os.environ.get(args.api_key_env))
-    import torch
-
-    from agent_trainers.pipeline.processes import torch_threads
     from agent_trainers.pipeline.train import seed_everything
     from agent_trainers.policies import TransformersPolicy, load_model
+    from agent_trainers.policies.threads import apply_threads
 
     seed_everything(args.seed)
-    threads = torch_threads(args.threads)
-    if threads:
-        torch.set_num_threads(threads)
+    apply_threads(args.threads)
     model, tok = load_model(args.model, device=args.device, seed=args.seed)
     model.eval()
     return TransformersPolicy(model, tok, batch_size=args.batch_size, seed=args.seed)
@@ -143,17 +163,26 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()
 
 
+def run_eval_cli(argv: Sequence[str]) -> int:
+    """``agent-r1 eval ARGS``: parse them and run :func:`run_eval_command`.
+
+    Returns:
+        0; 2 on bad arguments or settings (one line: ``agent-r1 eval: error: ...``).
+    """
+    args = build_eval_parser().parse_args(list(argv))
+    try:
+        return run_eval_command(args)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"agent-r1 eval: error: {one_line(err)}", file=sys.stderr)
+        return 2
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     """Run ``agent-r1 eval``: evaluate, write the folder, print the summary table."""
     from agent_trainers.evaluation import EvalSpec, Method, run_eval
-    from agent_trainers.rollout import RolloutConfig
+    from agent_trainers.rollout.cli import rollout_config_from_args
 
-    rollout = RolloutConfig(
-        max_turns=args.max_turns,
-        max_new_tokens_per_turn=args.max_new_tokens_per_turn,
-        max_total_tokens=args.max_total_tokens,
-        temperature=args.temperature,
-    )
+    rollout = rollout_config_from_args(args, eval_rollout())
     model = args.base_url + (f" ({args.api_model})" if args.api_model else "") if args.base_url else args.model
     spec = EvalSpec(
         args.env,

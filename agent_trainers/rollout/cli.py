@@ -24,15 +24,26 @@ from typing import Any
 import yaml
 
 from agent_trainers.errors import one_line
+from agent_trainers.policies.threads import apply_threads, parse_threads
 from agent_trainers.rollout.config import RolloutConfig
 
-__all__ = ["build_parser", "run_rollout_cli"]
+__all__ = ["add_rollout_options", "build_parser", "rollout_config_from_args", "run_rollout_cli"]
 
 
-def _rollout_options(parser: argparse.ArgumentParser) -> None:
-    """One ``--option`` per :class:`RolloutConfig` field; values are read as YAML scalars and checked by it."""
+def add_rollout_options(parser: argparse.ArgumentParser, defaults: RolloutConfig | None = None) -> None:
+    """Add one ``--option`` per :class:`RolloutConfig` field: its name, its docstring as help, its default.
+
+    Values are read as YAML scalars (``--max-turns null``, ``--render-tools true``) and checked by
+    :class:`RolloutConfig` itself in :func:`rollout_config_from_args`, so the options are exactly the
+    ``rollout:`` section of an ``agent-r1`` config.
+
+    Args:
+        parser: The parser to add the option group to.
+        defaults: The defaults shown and used (e.g. ``RolloutConfig(temperature=0.0)`` for greedy
+            evaluation); the type's own defaults when None.
+    """
     group = parser.add_argument_group("rollout settings (the `rollout:` section of an agent-r1 config)")
-    defaults = RolloutConfig()
+    defaults = RolloutConfig() if defaults is None else defaults
     for f in dataclasses.fields(RolloutConfig):
         info = RolloutConfig.__pydantic_fields__[f.name]
         default = getattr(defaults, f.name)
@@ -43,6 +54,17 @@ def _rollout_options(parser: argparse.ArgumentParser) -> None:
             metavar=type(default).__name__.upper() if default is not None else "N",
             help=f"{info.description} (default: {default})",
         )
+
+
+def rollout_config_from_args(ns: argparse.Namespace, defaults: RolloutConfig | None = None) -> RolloutConfig:
+    """The :class:`RolloutConfig` of the options :func:`add_rollout_options` added: ``defaults`` with the
+    options given replaced (pydantic checks them; a bad value raises ``ValueError`` naming the field)."""
+    given: dict[str, Any] = {}
+    for f in dataclasses.fields(RolloutConfig):
+        raw = getattr(ns, f"rollout_{f.name}")
+        if raw is not None:
+            given[f.name] = yaml.safe_load(raw)
+    return RolloutConfig(**given) if defaults is None else dataclasses.replace(defaults, **given)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
     p.add_argument(
         "--threads",
-        type=int,
+        type=parse_threads,
         default=1,
-        help="torch CPU threads (0: torch's default). Default 1: on a busy 2-core machine torch's default "
-        "of 2 threads made a SmolLM2 decode step ~100x slower (8 s vs 0.08 s)",
+        help="torch CPU threads (0: torch's default; auto: the cores idle at start). Default 1: on a busy 2-core "
+        "machine torch's default of 2 threads made a SmolLM2 decode step ~100x slower (8 s vs 0.08 s)",
     )
     p.add_argument(
         "--no-kv-reuse",
@@ -74,17 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-run the model over each whole prompt every turn instead of keeping each episode's KV cache",
     )
     p.add_argument("--out", default="runs/rollout.jsonl")
-    _rollout_options(p)
+    add_rollout_options(p)
     return p
-
-
-def _rollout_config(ns: argparse.Namespace) -> RolloutConfig:
-    given: dict[str, Any] = {}
-    for f in dataclasses.fields(RolloutConfig):
-        raw = getattr(ns, f"rollout_{f.name}")
-        if raw is not None:
-            given[f.name] = yaml.safe_load(raw)
-    return RolloutConfig(**given)
 
 
 def _check_all(trajs: Sequence[Any], tok: Any) -> int:
@@ -117,7 +130,7 @@ def run_rollout_cli(args: Sequence[str] | None = None) -> int:
     """
     ns = build_parser().parse_args(args)
     try:
-        config = _rollout_config(ns)
+        config = rollout_config_from_args(ns)
         env_kwargs = json.loads(ns.env_kwargs) | ({"data_path": ns.data_path} if ns.data_path else {})
         if ns.episodes < 1 or ns.group_size < 1 or ns.episodes % ns.group_size:
             raise ValueError(
@@ -130,14 +143,11 @@ def run_rollout_cli(args: Sequence[str] | None = None) -> int:
 
 
 def _run(ns: argparse.Namespace, config: RolloutConfig, env_kwargs: dict[str, Any]) -> int:
-    import torch
-
     from agent_trainers.policies import TransformersPolicy, load_model
     from agent_trainers.rollout.engine import rollout
     from agent_trainers.rollout.export import save_jsonl
 
-    if ns.threads > 0:
-        torch.set_num_threads(ns.threads)
+    apply_threads(ns.threads)
     model, tok = load_model(ns.model, device=ns.device, seed=ns.seed)
     tasks = list(range(ns.first_task, ns.first_task + ns.episodes // ns.group_size))
     start = time.perf_counter()

@@ -54,3 +54,14 @@ def test_tiny_run_prints_the_table():
         assert table[4].startswith("ppo step (ours)")
     else:
         assert "PPO: not available in this checkout" in done.stdout
+
+
+def test_the_gpu_wheels_carry_the_argument_parser_at_setup_cfg_s_pin():
+    """The GPU image lacks tyro (gpu_check.py's parser): ``--fetch-wheels`` must bring the version CI tests."""
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    pin = next(r.strip() for r in setup["options.extras_require"]["test"].splitlines() if r.startswith("tyro"))
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text(encoding="utf-8")
+    assert pin in script.split() and "import trl, gymnasium, pydantic, tyro" in script

@@ -27,12 +27,6 @@ def test_every_algorithm_can_be_set_on_the_tiny_config(algorithm):
     assert config.algorithm is Algorithm(algorithm) and config.model.name == "tiny-random"
 
 
-def test_demo_yaml_matches_demo_settings():
-    from agent_trainers.pipeline.demo import DEMO_SETTINGS
-
-    assert load_config(CONFIGS / "demo.yaml").to_dict() == config_from_dict(DEMO_SETTINGS).to_dict()
-
-
 def test_toml_and_overrides(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('seed = 3\nalgorithm = "rloo"\n[rl]\nsteps = 4\nadvantage = "outcome"\n[eval]\nevery = 2\n')

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import configparser
 import copy
 import json
+from fnmatch import fnmatch
 
 import pytest
+import yaml
 
 from agent_trainers.evaluation import EvalSpec, Method, run_eval
+from agent_trainers.pipeline.cli import main
 from agent_trainers.pipeline.config import config_from_dict
-from agent_trainers.pipeline.demo import DEMO_SETTINGS, SHARED_PREFIX, _report, resolve_data, run_demo
+from agent_trainers.pipeline.demo import DEMO_CONFIG, DEMO_SETTINGS, SHARED_PREFIX, _report, resolve_data, run_demo
 from agent_trainers.pipeline.stages import rl_step_line
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.evaluation.conftest import HOTPOT, TEST_SPLIT, PromptScripted, search_call
+from tests.conftest import REPO_ROOT
 
 
 def test_shared_paths_resolve_from_the_environment_variable(tmp_path, monkeypatch):
@@ -113,6 +118,40 @@ def test_the_demo_settings_with_and_without_quick_are_valid():
     quick = config_from_dict(_merge(DEMO_SETTINGS, QUICK_OVERRIDES))
     assert (full.rl.micro_batch, full.rl.num_generations) == (4, 4)
     assert (quick.rl.micro_batch, quick.rl.num_generations, quick.rl.steps) == (2, 2, 1)
+
+
+def test_the_demo_settings_are_one_packaged_file_that_configs_demo_yaml_points_at():
+    assert DEMO_SETTINGS == yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
+    assert (REPO_ROOT / "configs" / "demo.yaml").samefile(DEMO_CONFIG)  # the README's path: the same file
+    assert DEMO_CONFIG.is_file() and not DEMO_CONFIG.is_symlink()  # a wheel gets the file itself
+    setup = configparser.ConfigParser()
+    setup.read(REPO_ROOT / "setup.cfg")
+    shipped = [p.strip() for p in setup["options.package_data"]["agent_trainers"].split(",")]
+    relative = DEMO_CONFIG.relative_to(REPO_ROOT / "agent_trainers").as_posix()
+    assert any(fnmatch(relative, pattern) for pattern in shipped), f"{relative} is not package data: {shipped}"
+
+
+class _Stop(Exception):
+    """Raised by the stand-in for training: the test only needs the config it was given."""
+
+
+def test_agent_r1_demo_applies_quick_output_dir_and_set_to_the_packaged_settings(monkeypatch, capsys):
+    seen = []
+
+    def run_training(config, resume=False):
+        seen.append((config, resume))
+        raise _Stop
+
+    monkeypatch.setattr("agent_trainers.pipeline.train.run_training", run_training)
+    with pytest.raises(_Stop):
+        main(["demo", "--quick", "--output-dir", "runs/x", "--set", "threads=1", "--set", "rl.steps=3"])
+    config, resume = seen[0]
+    assert (config.threads, config.rl.steps, config.rl.num_generations, config.output_dir) == (1, 3, 2, "runs/x")
+    assert (config.model.name, config.eval.tasks, resume) == ("smollm2", 4, False)
+    assert capsys.readouterr().out.startswith("data: ")
+    assert main(["demo", "--set", "rl.stepz=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agent-r1 demo: error: ") and "stepz" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

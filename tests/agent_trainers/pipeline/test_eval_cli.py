@@ -149,3 +149,56 @@ def test_serve_retrieval_errors_are_one_line(tmp_path, capsys):
     assert main(["serve-retrieval", "--corpus", str(tmp_path / "missing.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("agent-r1 serve-retrieval: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_the_rollout_options_are_rollout_config_s_fields_with_greedy_defaults(capsys):
+    import dataclasses
+
+    from agent_trainers.pipeline.eval_commands import build_eval_parser, eval_rollout
+    from agent_trainers.rollout import RolloutConfig
+    from agent_trainers.rollout.cli import rollout_config_from_args
+
+    parser = build_eval_parser()
+    assert rollout_config_from_args(parser.parse_args([]), eval_rollout()) == RolloutConfig(temperature=0.0)
+    assert eval_rollout().max_new_tokens_per_turn == RolloutConfig().max_new_tokens_per_turn == 256
+    given = parser.parse_args(["--max-new-tokens-per-turn", "16", "--max-turns", "2", "--render-tools", "true"])
+    config = rollout_config_from_args(given, eval_rollout())
+    assert (config.max_new_tokens_per_turn, config.max_turns, config.render_tools, config.temperature) == (
+        16,
+        2,
+        True,
+        0,
+    )
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(RolloutConfig):
+        doc = " ".join(RolloutConfig.__pydantic_fields__[f.name].description.split())
+        assert f"--{f.name.replace('_', '-')}" in text and doc in text
+    assert "Sampling temperature; 0 means greedy. (default: 0.0)" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-new-tokens-per-turn", "64", "--max-total-tokens", "32"], "max_total_tokens must exceed"),
+        (["--max-turns", "two"], "max_turns: Input should be a valid integer"),
+        (["--threads", "many"], "expected a number >= 0 or 'auto' (got 'many')"),
+    ],
+)
+def test_bad_rollout_and_thread_options_are_one_line_errors(args, message, tmp_path, capsys):
+    try:
+        status = main(["eval", "--method", "closed-book", "--out", str(tmp_path), *args])
+    except SystemExit as exit_:  # argparse's own errors: usage line + one error line
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2 and message in err and err.strip().splitlines()[-1].startswith("agent-r1 eval: error: ")
+
+
+def test_agent_r1_parses_its_other_commands_without_importing_torch():
+    """``eval``'s parser is made from RolloutConfig (torch) only when ``agent-r1 eval`` runs."""
+    code = (
+        "import sys; from agent_trainers.pipeline.cli import build_parser; "
+        "build_parser().parse_args(['report', 'x']); assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
