@@ -54,7 +54,7 @@ class ProceduralEnv(ToolEnv[TaskT]):
             raise ValueError(f"num_tasks must be >= 1 (got {num_tasks})")
         if rubric is None:
             rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
-            if reward == "process":
+            if reward in ("process", "gated"):
                 rubric = Rubric([*rubric.terms, *self.process_terms()])
             if reward_weights:
                 rubric = rubric.with_weights(**reward_weights)

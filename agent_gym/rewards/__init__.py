@@ -9,6 +9,10 @@ with declared bounds. Presets combine them:
 * ``"process"`` - per-step process rewards: a format penalty, a bonus for each
   gold evidence item found for the first time, a repeated-call penalty, a
   small step cost, plus the answer score.
+* ``"gated"`` - the same terms, but the evidence bonus is paid once, on the
+  answer, for all the evidence the episode found: an episode that never
+  answers earns only its penalties. Under ``"process"`` searching until the
+  turn limit can pay more than a (wrong) answer; under ``"gated"`` it cannot.
 
 Either preset can add potential-based shaping ``γΦ(s') - Φ(s)`` with Φ the
 fraction of gold evidence found (Ng, Harada & Russell, 1999), which leaves the
@@ -42,6 +46,7 @@ __all__ = [
     "AnswerMetric",
     "Preset",
     "answer_score",
+    "evidence_at_answer",
     "evidence_gain",
     "format_penalty",
     "make_rubric",
@@ -64,6 +69,7 @@ class Preset(StrEnum):
 
     OUTCOME = "outcome"
     PROCESS = "process"
+    GATED = "gated"
 
 
 def format_penalty(t: Transition) -> float:
@@ -74,6 +80,11 @@ def format_penalty(t: Transition) -> float:
 def evidence_gain(t: Transition) -> float:
     """The fraction of the task's gold evidence first revealed by this step."""
     return len(t.new_evidence) / t.evidence_total if t.evidence_total else 0.0
+
+
+def evidence_at_answer(t: Transition) -> float:
+    """On the answer: the fraction of the task's gold evidence the episode found; 0 on every other step."""
+    return t.potential_after if t.terminated else 0.0
 
 
 def repeated_call(t: Transition) -> float:
@@ -136,6 +147,13 @@ def _process_terms(metric: AnswerMetric) -> list[RewardTerm]:
     ]
 
 
+def _gated_terms(metric: AnswerMetric) -> list[RewardTerm]:
+    """``process`` with the evidence bonus moved to the answer: nothing is earned without answering."""
+    terms = [t for t in _process_terms(metric) if t.name != "evidence"]
+    gated = RewardTerm("evidence", evidence_at_answer, 0.2, (0.0, 1.0), nonfinal_bounds=_ZERO)
+    return [terms[0], gated, *terms[1:]]
+
+
 def _shaping_term(gamma: float) -> RewardTerm:
     """``γΦ' - Φ`` with ``0 <= Φ <= Φ' <= 1`` (evidence is never lost); on a final step ``Φ' = Φ``."""
     return RewardTerm(
@@ -153,7 +171,7 @@ def make_rubric(
     """Build a preset rubric.
 
     Args:
-        preset: ``"outcome"`` or ``"process"``.
+        preset: ``"outcome"``, ``"process"`` or ``"gated"``.
         answer_metric: ``"em"`` or ``"f1"`` for the answer term.
         shaping_gamma: If set, add the potential-based ``shaping`` term with this γ in (0, 1].
         weights: Override term weights by name (0 turns a term into a logged metric).
@@ -164,12 +182,17 @@ def make_rubric(
     """
     preset = _choice(Preset, preset, "reward")
     metric = _choice(AnswerMetric, answer_metric, "answer_metric")
-    terms = _outcome_terms(metric) if preset is Preset.OUTCOME else _process_terms(metric)
+    terms = {Preset.OUTCOME: _outcome_terms, Preset.PROCESS: _process_terms, Preset.GATED: _gated_terms}[preset](metric)
     if shaping_gamma is not None:
         if isinstance(shaping_gamma, bool) or not isinstance(shaping_gamma, (int, float)):
             raise ValueError(f"shaping_gamma must be a number in (0, 1] or None (got {shaping_gamma!r})")
         if not 0.0 < shaping_gamma <= 1.0:
             raise ValueError(f"shaping_gamma must lie in (0, 1] (got {shaping_gamma})")
+        if preset is Preset.GATED:
+            raise ValueError(
+                "shaping_gamma pays for evidence on every step, which the gated preset pays only on the answer; "
+                "use reward='process' with shaping, or 'gated' without it"
+            )
         terms.append(_shaping_term(float(shaping_gamma)))
     rubric = Rubric(terms)
     return rubric.with_weights(**weights) if weights else rubric

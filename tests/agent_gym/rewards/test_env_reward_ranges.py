@@ -90,3 +90,18 @@ def test_outcome_preset_range_is_exact_and_its_low_end_approached(env_id, gamma)
     _, last, terminated, _, info = env.step(answer)
     assert rewards == [0.0] * 7  # nothing before the end
     assert terminated and info["reward_raw"]["outcome"] == pytest.approx(1 / 8 - 1)  # 1 of 8 actions well formed
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gated_preset_range_is_exact_and_reached(env_id):
+    """Gated: the low end is the process preset's; the high end a correct answer after all evidence (1 + 0.2)."""
+    env = gym.make(env_id, reward="gated", max_episode_steps=30)
+    low = _process_low(env_id, None)
+    assert env.unwrapped.reward_range == pytest.approx((low, 1.2))
+    assert _lowest_step(env, env_id, task_index=1) == pytest.approx(low)
+    env.reset(seed=0, options={"task_index": 1})
+    while True:  # the oracle finds every item, then answers: the answer step pays 1 + 0.2 * 1 (0.2 * 0 for Bandit)
+        _, reward, terminated, truncated, _ = env.step(env.unwrapped.oracle_action())
+        if terminated or truncated:
+            break
+    assert terminated and reward == pytest.approx(1.0 if env_id in NO_EVIDENCE else 1.2)

@@ -71,7 +71,7 @@ def test_outcome_reward_range(kwargs, expected):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"preset": "bogus"}, r"reward must be one of \['outcome', 'process'\]"),
+        ({"preset": "bogus"}, r"reward must be one of \['outcome', 'process', 'gated'\]"),
         ({"answer_metric": "bleu"}, r"answer_metric must be one of \['em', 'f1'\]"),
         ({"shaping_gamma": 0.0}, r"shaping_gamma must lie in \(0, 1\]"),
         ({"shaping_gamma": 1.5}, r"shaping_gamma must lie in \(0, 1\]"),
@@ -156,3 +156,61 @@ def test_outcome_preset_scores_the_chosen_metric(metric, expected):
     assert raw == {"outcome": pytest.approx(expected)} and weighted == raw
     process = make_rubric("process", answer_metric=metric).score(final)[1]
     assert process["answer"] == pytest.approx(expected)
+
+
+def test_gated_preset_moves_the_evidence_bonus_to_the_answer():
+    described = make_rubric("gated").describe()
+    assert [d["name"] for d in described] == ["format", "evidence", "repeat", "step_cost", "answer"]
+    assert described[1] == {
+        "name": "evidence", "weight": 0.2, "bounds": [0, 1], "final_bounds": [0, 1], "nonfinal_bounds": [0, 0],
+    }  # fmt: skip
+    assert make_rubric("gated").reward_range == pytest.approx((-0.16, 1.2))  # a right answer after all evidence
+    with pytest.raises(ValueError, match="gated preset pays"):
+        make_rubric("gated", shaping_gamma=1.0)
+
+
+def _episode_return(preset: str, answer_early: bool) -> tuple[float, str]:
+    """Embedded HotpotQA train task 0 (two gold paragraphs, 8-turn limit), as ``gym.make`` returns it.
+
+    Both policies first search the first gold title (evidence 1 of 2). ``answer_early`` then answers, wrongly;
+    otherwise the agent searches on (six queries that find nothing, then the second gold title on turn 8) and
+    never answers: it is cut by the turn limit.
+    """
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401
+
+    env = gym.make("AgentR1/HotpotQA-v0", split="train", reward=preset)
+    env.reset(seed=0, options={"task_index": 0})
+    parser = env.unwrapped.parser
+    actions = [parser.format_call("search", {"query": "Odile Marchetti"})]
+    if answer_early:
+        actions.append("<answer>Paris</answer>")
+    else:
+        actions += [parser.format_call("search", {"query": f"weather report number {k}"}) for k in range(1, 7)]
+        actions.append(parser.format_call("search", {"query": "Varnholt"}))
+    total = 0.0
+    for action in actions:
+        _, reward, terminated, truncated, info = env.step(action)
+        total += reward
+    assert terminated or truncated
+    return total, info["stop_reason"]
+
+
+@pytest.mark.parametrize(
+    ("preset", "search_on", "answer"),
+    [
+        ("process", 0.2 - 8 * 0.01, 0.1 - 0.01),  # 0.12 > 0.09: not answering wins
+        ("gated", -8 * 0.01, 0.2 * 0.5 - 0.01),  # -0.08 < 0.09: the answer collects the evidence found
+        ("outcome", 0.0, 0.0),  # a wrong answer and no answer both earn 0
+    ],
+)
+def test_searching_until_truncated_beats_a_wrong_answer_only_under_process(preset, search_on, answer):
+    searched, why = _episode_return(preset, answer_early=False)
+    answered, how = _episode_return(preset, answer_early=True)
+    assert (why, how) == ("max_turns", "answer")
+    assert searched == pytest.approx(search_on) and answered == pytest.approx(answer)
+    if preset == "process":
+        assert searched > answered
+    else:
+        assert searched <= answered

@@ -99,3 +99,13 @@ def test_weights_override_by_name():
 
 def test_shaping_is_undiscounted_by_default():
     assert shaping(_step(potential_before=0.25, potential_after=0.75)) == 0.5
+
+
+@pytest.mark.parametrize(("terminated", "found", "value"), [(True, 0.5, 0.5), (True, 0.0, 0.0), (False, 1.0, 0.0)])
+def test_evidence_at_answer_pays_the_episode_s_evidence_on_the_answer_only(terminated, found, value):
+    from agent_gym.rewards import evidence_at_answer
+
+    t = Transition(
+        turn=3, action=ParsedAction("x"), terminated=terminated, potential_before=found, potential_after=found
+    )
+    assert evidence_at_answer(t) == value
