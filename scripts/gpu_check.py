@@ -165,7 +165,7 @@ def rollout_row(args: Args, model: Any, tok: Any, device: torch.device) -> dict[
 
 def _timed_rollout_func(rows: list[dict[str, Any]], args: Args, **kwargs: Any) -> Any:
     """An :class:`EnvRolloutFunc` that adds up the time spent playing (``.play_s``)."""
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
 
     class Timed(EnvRolloutFunc):
         play_s = 0.0
@@ -220,8 +220,8 @@ def ppo_available() -> bool:
 def ppo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -> dict[str, Any]:
     """One step of our PPO trainer (rollout, scoring, GAE, one epoch of updates) on the same batch size."""
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.ppo_config import PPOArgs
-    from agent_trainers.algorithms.rollout_func import grpo_dataset_rows
+    from agent_trainers.algorithms.ppo.config import PPOArgs
+    from agent_trainers.algorithms.trl_adapter.rollout_func import grpo_dataset_rows
 
     rows = grpo_dataset_rows(ENV_ID, range(args.episodes // args.group))
     fn = _timed_rollout_func(rows, args)

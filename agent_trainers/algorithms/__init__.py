@@ -22,28 +22,27 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
 
 _LAZY = {
-    "AgentGRPOTrainer": "grpo",
-    "EnvRolloutFunc": "rollout_func",
-    "env_reward": "rollout_func",
-    "episode_metrics": "rollout_func",
-    "grpo_dataset_rows": "rollout_func",
-    "RewardBatch": "tensors",
-    "reward_batch": "tensors",
-    "discounted_returns": "tensors",
-    "ReportTo": "trl_args",
-    "make_grpo_config": "trl_args",
-    "make_sft_config": "trl_args",
-    "micro_batch_args": "trl_args",
-    "scored_token_logprobs": "logprobs",
-    "last_complete_checkpoint": "checkpoints",
-    "oracle_episodes": "sft",
-    "run_sft": "sft",
-    "make_environment_factory": "env_factory",
-    "trl_dataset_rows": "env_factory",
-    "EvalResult": "evaluate",
+    "AgentGRPOTrainer": "trl_adapter.grpo",
+    "EnvRolloutFunc": "trl_adapter.rollout_func",
+    "env_reward": "trl_adapter.rollout_func",
+    "episode_metrics": "trl_adapter.rollout_func",
+    "grpo_dataset_rows": "trl_adapter.rollout_func",
+    "RewardBatch": "shared.tensors",
+    "reward_batch": "shared.tensors",
+    "discounted_returns": "shared.tensors",
+    "ReportTo": "trl_adapter.trl_args",
+    "make_grpo_config": "trl_adapter.trl_args",
+    "make_sft_config": "trl_adapter.trl_args",
+    "micro_batch_args": "trl_adapter.trl_args",
+    "scored_token_logprobs": "shared.logprobs",
+    "last_complete_checkpoint": "shared.checkpoints",
+    "oracle_episodes": "sft.cold_start",
+    "run_sft": "sft.cold_start",
+    "make_environment_factory": "trl_adapter.env_factory",
+    "trl_dataset_rows": "trl_adapter.env_factory",
 }
 
 __all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "compute_advantages", *sorted(_LAZY)]

@@ -7,7 +7,7 @@ keeps the episode's trajectory (for the viewer) next to the numbers.
 Absent is absent: ``evidence_recall`` is ``None`` for a task without gold
 evidence, ``format_errors`` is ``None`` where the model never wrote an env
 action itself (the baselines' harness does), and a renamed answer metric
-raises :class:`~agent_trainers.algorithms.evaluate.MissingMetricError`.
+raises :class:`~agent_trainers.evaluation.evaluate.MissingMetricError`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_trainers.algorithms.evaluate import MissingMetricError
+from agent_trainers.evaluation.evaluate import MissingMetricError
 from agent_trainers.rollout.export import trajectory_to_dict
 from agent_trainers.rollout.types import Trajectory
 

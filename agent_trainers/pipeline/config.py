@@ -30,9 +30,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm
-from agent_trainers.algorithms.ppo_config import PPOConfig
-from agent_trainers.algorithms.trl_args import ReportTo
+from agent_trainers.algorithms.ppo.config import PPOConfig
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, AdvantageMode, Algorithm
+from agent_trainers.algorithms.trl_adapter.trl_args import ReportTo
 from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.config import RolloutConfig
 

@@ -29,8 +29,8 @@ import gymnasium as gym
 import torch
 from transformers import TrainerCallback
 
-from agent_trainers.algorithms.advantages import Algorithm
-from agent_trainers.algorithms.evaluate import EvalResult, summarize
+from agent_trainers.algorithms.shared.advantages import Algorithm
+from agent_trainers.evaluation.evaluate import EvalResult, summarize
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process
@@ -145,7 +145,7 @@ def train_tasks(config: TrainConfig) -> list[int]:
 def run_sft_stage(state: RunState) -> None:
     """Cold-start SFT on oracle episodes, or reload a finished one when resuming."""
     from agent_trainers.algorithms.sft import oracle_episodes, run_sft
-    from agent_trainers.algorithms.trl_args import make_sft_config
+    from agent_trainers.algorithms.trl_adapter.trl_args import make_sft_config
 
     c, sft_dir = state.config, state.out / "sft"
     if state.resume and (sft_dir / "DONE").is_file():
@@ -231,10 +231,10 @@ def run_trl_rl_stage(state: RunState) -> None:
     """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
     from datasets import Dataset
 
-    from agent_trainers.algorithms.checkpoints import last_complete_checkpoint, load_rollout_state
-    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-    from agent_trainers.algorithms.trl_args import make_grpo_config, micro_batch_args
+    from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint, load_rollout_state
+    from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config, micro_batch_args
 
     c, r = state.config, state.config.rl
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
@@ -287,10 +287,10 @@ def run_trl_rl_stage(state: RunState) -> None:
 
 def run_ppo_stage(state: RunState) -> None:
     """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
-    from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.ppo_config import PPOArgs
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, grpo_dataset_rows
+    from agent_trainers.algorithms.ppo.config import PPOArgs
+    from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
 
     c, r = state.config, state.config.rl
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)

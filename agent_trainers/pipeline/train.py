@@ -24,8 +24,8 @@ import torch
 import yaml
 from transformers import TrainerCallback, set_seed
 
-from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
-from agent_trainers.algorithms.evaluate import EvalResult
+from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+from agent_trainers.evaluation.evaluate import EvalResult
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
 from agent_trainers.pipeline.processes import is_main_process, torch_threads

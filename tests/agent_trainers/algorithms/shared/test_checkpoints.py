@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agent_trainers.algorithms.checkpoints import ROLLOUT_STATE, last_complete_checkpoint, missing_parts
+from agent_trainers.algorithms.shared.checkpoints import ROLLOUT_STATE, last_complete_checkpoint, missing_parts
 
 
 def complete(folder):

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from agent_trainers.algorithms import ESTIMATORS, Algorithm, compute_advantages
-from agent_trainers.algorithms.tensors import reward_batch
+from agent_trainers.algorithms.shared.tensors import reward_batch
 from agent_trainers.rollout import Trajectory, TurnSpan
 
 Z = 0.0  # padding

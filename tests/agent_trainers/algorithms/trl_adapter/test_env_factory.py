@@ -5,7 +5,7 @@ import pytest
 from transformers.utils import get_json_schema
 
 import agent_gym
-from agent_trainers.algorithms.env_factory import (
+from agent_trainers.algorithms.trl_adapter.env_factory import (
     ANSWER_METHOD,
     ANSWER_TOOL_INSTRUCTION,
     make_environment_factory,
@@ -66,7 +66,7 @@ def test_trl_documented_usage_runs_one_step_without_extra_steps(tmp_path):
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from agent_trainers.algorithms.trl_args import make_grpo_config
+    from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
     from agent_trainers.policies import load_model
 
     model, tokenizer = load_model("tiny-random", device="cpu")

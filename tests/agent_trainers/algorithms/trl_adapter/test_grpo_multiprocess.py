@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from agent_trainers.algorithms import compute_advantages
-from agent_trainers.algorithms.grpo import check_groups_stay_local
-from agent_trainers.algorithms.tensors import reward_batch
+from agent_trainers.algorithms.shared.tensors import reward_batch
+from agent_trainers.algorithms.trl_adapter.grpo import check_groups_stay_local
 from agent_trainers.rollout import trajectory_from_dict
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 GROUP = 2
 
 
@@ -40,7 +40,9 @@ def accelerate_launch(module_args: list[str], timeout: int = 600) -> subprocess.
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("two_process_grpo")
-    accelerate_launch(["tests.agent_trainers.algorithms.two_process_grpo", "--out", str(out), "--steps", "2"])
+    accelerate_launch(
+        ["tests.agent_trainers.algorithms.trl_adapter.two_process_grpo", "--out", str(out), "--steps", "2"]
+    )
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 

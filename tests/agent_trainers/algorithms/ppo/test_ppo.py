@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from agent_trainers.algorithms.ppo import PPOTrainer
-from agent_trainers.algorithms.ppo_config import PPOArgs
-from agent_trainers.algorithms.ppo_core import masked_gae, masked_whiten
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, grpo_dataset_rows
-from agent_trainers.algorithms.tensors import discounted_returns
+from agent_trainers.algorithms.ppo.config import PPOArgs
+from agent_trainers.algorithms.ppo.core import masked_gae, masked_whiten
+from agent_trainers.algorithms.shared.tensors import discounted_returns
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig
-from tests.agent_trainers.algorithms.test_grpo import ENV_ID, scripted
+from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ENV_ID, scripted
 from tests.conftest import CAPITALS
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
-from agent_trainers.algorithms.logprobs import (
+from agent_trainers.algorithms.shared.logprobs import (
     scored_token_logprobs,
     shared_prompt_token_logprobs,
     supports_scored_logprobs,

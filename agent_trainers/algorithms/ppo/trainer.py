@@ -7,13 +7,13 @@ One step (:meth:`PPOTrainer.step`) is the algorithm:
    engine and seeds as every algorithm).
 2. **Tensors**: each turn's env reward (process terms, and the outcome at the
    end) sits on the last agent token of its turn; masks tell agent tokens from
-   env tokens (:func:`~agent_trainers.algorithms.tensors.reward_batch`).
+   env tokens (:func:`~agent_trainers.algorithms.shared.tensors.reward_batch`).
 3. **Score before updating**: log-probs ``log pi_old`` and values ``V`` of every
    completion token, and reference log-probs when ``beta > 0``.
 4. **KL in the reward** (``kl_penalty: reward``): ``r_t -= beta * (log pi_old - log pi_ref)``
    on agent tokens.
 5. **GAE over agent tokens** (the paper's advantage alignment): env tokens are
-   skipped and the value bootstraps across them (:func:`~agent_trainers.algorithms.ppo_core.masked_gae`);
+   skipped and the value bootstraps across them (:func:`~agent_trainers.algorithms.ppo.core.masked_gae`);
    ``advantage_mask: false`` runs GAE over every token instead.
 6. **Whiten** the advantages over the tokens in the policy loss.
 7. **Update**: ``update_epochs`` passes; each shuffles the episodes into
@@ -27,7 +27,7 @@ GPU or under ``accelerate launch``: each process plays its own tasks; whitening
 uses the process's batch). Checkpoints (``checkpoint-N/``) are accelerate's
 ``save_state`` - policy, value head and critic in one state dict, optimizer,
 scheduler, RNG states - plus ``trainer_state.json`` and the rollout call
-counter, written last (:mod:`agent_trainers.algorithms.checkpoints`); a run
+counter, written last (:mod:`agent_trainers.algorithms.shared.checkpoints`); a run
 resumed from step ``k`` equals one that never stopped.
 
 Callbacks: the trainer calls ``on_step_end``, ``on_log`` and ``on_save`` of
@@ -51,10 +51,9 @@ import torch
 from accelerate import Accelerator
 from transformers import TrainerCallback, TrainerControl, TrainerState, get_scheduler
 
-from agent_trainers.algorithms.actor_critic import ActorCritic, CriticKind, pack_sequences, policy_scores
-from agent_trainers.algorithms.checkpoints import RolloutStateCallback, load_rollout_state
-from agent_trainers.algorithms.ppo_config import KLPlacement, PPOArgs
-from agent_trainers.algorithms.ppo_core import (
+from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, CriticKind, pack_sequences, policy_scores
+from agent_trainers.algorithms.ppo.config import KLPlacement, PPOArgs
+from agent_trainers.algorithms.ppo.core import (
     clipped_surrogate,
     clipped_value_loss,
     explained_variance,
@@ -64,8 +63,9 @@ from agent_trainers.algorithms.ppo_core import (
     masked_mean,
     masked_whiten,
 )
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, episode_metrics
-from agent_trainers.algorithms.tensors import RewardBatch, reward_batch
+from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback, load_rollout_state
+from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, episode_metrics
 from agent_trainers.policies.loader import load_model, resolve_device
 from agent_trainers.rollout.types import Trajectory
 
@@ -79,7 +79,7 @@ class PPOBatch:
     Attributes:
         prompts: Prompt ids per episode.
         completions: Completion ids per episode (agent and env tokens).
-        rewards: The env rewards and masks (:class:`~agent_trainers.algorithms.tensors.RewardBatch`).
+        rewards: The env rewards and masks (:class:`~agent_trainers.algorithms.shared.tensors.RewardBatch`).
         policy_mask: Tokens in the policy loss (agent tokens; every token with ``loss_mask: false``).
         gae_mask: Tokens GAE runs over and the critic is trained on (agent tokens;
             every token with ``advantage_mask: false``).
@@ -124,7 +124,7 @@ class PPOTrainer:
         tokenizer: Its tokenizer (from :func:`~agent_trainers.policies.load_model`).
         rollout: Plays the episodes; its ``rows`` are the training tasks and its
             ``config.temperature`` (> 0) is the temperature log-probs are scored at.
-        args: :class:`~agent_trainers.algorithms.ppo_config.PPOArgs`.
+        args: :class:`~agent_trainers.algorithms.ppo.config.PPOArgs`.
         output_dir: Checkpoints (``checkpoint-N/``) and the KL reference (``reference/``) go here.
         callbacks: ``TrainerCallback`` s (``on_step_end``, ``on_log``, ``on_save`` are called).
 

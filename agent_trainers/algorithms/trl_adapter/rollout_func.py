@@ -144,7 +144,7 @@ class EnvRolloutFunc:
         policy_factory: Builds the policy from ``(model, tokenizer, seed)``; default
             :class:`~agent_trainers.policies.TransformersPolicy` on the trainer's
             model, or TRL's vLLM engine when the trainer has ``use_vllm=True``
-            (:mod:`agent_trainers.algorithms.trl_vllm`); pass one for a scripted policy in tests.
+            (:mod:`agent_trainers.algorithms.trl_adapter.trl_vllm`); pass one for a scripted policy in tests.
         calls: Rollout calls made so far (saved in checkpoints).
     """
 
@@ -190,7 +190,7 @@ class EnvRolloutFunc:
         if self.policy_factory is not None:
             return self.policy_factory(model, tokenizer, self.seed + self.calls)
         if getattr(trainer, "use_vllm", False):  # TRL's vLLM engine (GRPOConfig use_vllm=True), experimental
-            from agent_trainers.algorithms.trl_vllm import trl_vllm_policy
+            from agent_trainers.algorithms.trl_adapter.trl_vllm import trl_vllm_policy
 
             return trl_vllm_policy(trainer, self.seed + self.calls)
         return TransformersPolicy(model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls)

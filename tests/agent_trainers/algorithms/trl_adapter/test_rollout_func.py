@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, episode_metrics
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, episode_metrics
 from agent_trainers.rollout import Trajectory, TurnSpan
 
 

@@ -10,10 +10,10 @@ from trl import GRPOTrainer
 
 from agent_gym.core.parsing import make_parser
 from agent_trainers.algorithms import ESTIMATORS, compute_advantages
-from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-from agent_trainers.algorithms.tensors import reward_batch
-from agent_trainers.algorithms.trl_args import make_grpo_config
+from agent_trainers.algorithms.shared.tensors import reward_batch
+from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.policies import FinishReason, Generation, tiny_random_model
 from agent_trainers.rollout import RolloutConfig
 from tests.conftest import CAPITALS, VARIED_REWARD_RUBRIC, LookupEnv
@@ -182,7 +182,7 @@ def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
 
 
 def test_epoch_order_depends_only_on_seed_and_epoch(tmp_path):
-    from agent_trainers.algorithms.grpo import EpochSeededRepeatSampler
+    from agent_trainers.algorithms.trl_adapter.grpo import EpochSeededRepeatSampler
 
     trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
     sampler = trainer._get_train_sampler()
@@ -224,7 +224,7 @@ def test_contract_and_clear_errors(tmp_path):
 
 def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypatch):
     """The trainer's own scoring (LM head on model tokens only) gives TRL's loss, gradients and entropy metric."""
-    import agent_trainers.algorithms.grpo as grpo
+    import agent_trainers.algorithms.trl_adapter.grpo as grpo
 
     results, real = [], grpo.shared_prompt_token_logprobs
     for ours in (True, False):
@@ -262,7 +262,7 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
 
 
 def test_micro_batch_args_split_one_generation_into_accumulated_micro_batches():
-    from agent_trainers.algorithms.trl_args import micro_batch_args
+    from agent_trainers.algorithms.trl_adapter.trl_args import micro_batch_args
 
     assert micro_batch_args(8, 2) == {
         "per_device_train_batch_size": 2,

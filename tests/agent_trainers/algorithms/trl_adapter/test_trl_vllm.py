@@ -10,11 +10,11 @@ import pytest
 import torch
 from datasets import Dataset
 
-from agent_trainers.algorithms import trl_vllm
-from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-from agent_trainers.algorithms.trl_args import make_grpo_config
-from agent_trainers.algorithms.trl_vllm import trl_vllm_policy
+from agent_trainers.algorithms.trl_adapter import trl_vllm
+from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
+from agent_trainers.algorithms.trl_adapter.trl_vllm import trl_vllm_policy
 from agent_trainers.policies import TransformersPolicy, VLLMPolicy, VLLMServerPolicy, tiny_random_model
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.conftest import LOOKUP_ID

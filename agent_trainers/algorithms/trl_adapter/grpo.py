@@ -5,7 +5,7 @@ this adapter changes one thing: the advantages. TRL's
 ``_generate_and_score_completions`` is the smallest seam TRL 1.16 offers (it
 has no public advantage hook): :class:`AgentGRPOTrainer` calls it, then
 replaces its ``(B,)`` group-normalised advantages with ``(B, T)`` per-token
-ones from the estimator registry (:mod:`agent_trainers.algorithms.advantages`).
+ones from the estimator registry (:mod:`agent_trainers.algorithms.shared.advantages`).
 TRL's loss accepts ``(B, T)`` advantages as they are (it only unsqueezes
 ``(B,)`` ones) and its batch shuffling/splitting slices every tensor along dim 0.
 
@@ -31,7 +31,7 @@ process. Batch statistics (``reinforce_pp``'s whitening, ``scale_rewards:
 batch``) are taken over each process's batch, not the global one (a warning says so).
 
 Memory and time: the loss scores log-probs with
-:func:`~agent_trainers.algorithms.logprobs.shared_prompt_token_logprobs` (each
+:func:`~agent_trainers.algorithms.shared.logprobs.shared_prompt_token_logprobs` (each
 distinct prompt of the micro-batch run once, each completion up to its last
 model token on top of it, the LM head in vocabulary chunks over the model's own
 tokens only) where the model allows it, else with TRL's fused LM head;
@@ -39,7 +39,7 @@ full-vocabulary logits are never built for the batch. A micro-batch of a whole
 group (``micro_batch = G``) runs its shared prompt once. Train in micro-batches with
 TRL's own knobs (``per_device_train_batch_size`` below the group,
 ``gradient_accumulation_steps = steps_per_generation``; see
-:func:`~agent_trainers.algorithms.trl_args.micro_batch_args`).
+:func:`~agent_trainers.algorithms.trl_adapter.trl_args.micro_batch_args`).
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ from torch.utils.data import Sampler
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, add_fused_lm_head
 
-from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
-from agent_trainers.algorithms.checkpoints import RolloutStateCallback
-from agent_trainers.algorithms.logprobs import shared_prompt_token_logprobs, supports_scored_logprobs
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
-from agent_trainers.algorithms.tensors import RewardBatch, reward_batch
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
+from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback
+from agent_trainers.algorithms.shared.logprobs import shared_prompt_token_logprobs, supports_scored_logprobs
+from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
 
 __all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler", "check_groups_stay_local"]
 

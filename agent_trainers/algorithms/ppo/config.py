@@ -25,7 +25,7 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-from agent_trainers.algorithms.actor_critic import CriticKind
+from agent_trainers.algorithms.ppo.actor_critic import CriticKind
 
 __all__ = ["KLPlacement", "PPOArgs", "PPOConfig"]
 

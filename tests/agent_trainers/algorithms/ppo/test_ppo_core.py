@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_trainers.algorithms.ppo_core import (
+from agent_trainers.algorithms.ppo.core import (
     clipped_surrogate,
     clipped_value_loss,
     explained_variance,

@@ -1,10 +1,10 @@
 """Advantage estimators behind one registry: GRPO, RLOO, REINFORCE++, REINFORCE++-baseline.
 
 Every estimator starts from the same per-token rewards
-(:mod:`agent_trainers.algorithms.tensors`): each turn's env reward - process
+(:mod:`agent_trainers.algorithms.shared.tensors`): each turn's env reward - process
 terms included - on the last model token of its turn, plus, for estimators that
 take the KL in the reward, ``-beta * KL_t`` on every model token. From them,
-:func:`~agent_trainers.algorithms.tensors.discounted_returns` gives returns-to-go
+:func:`~agent_trainers.algorithms.shared.tensors.discounted_returns` gives returns-to-go
 ``G[b, t]`` (``gamma`` per turn) and the episode return ``R[b] = G[b, 0]``. The
 :class:`AdvantageMode` chooses what is judged:
 
@@ -55,7 +55,7 @@ from enum import StrEnum
 
 import torch
 
-from agent_trainers.algorithms.tensors import RewardBatch, discounted_returns
+from agent_trainers.algorithms.shared.tensors import RewardBatch, discounted_returns
 
 __all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "Estimator", "compute_advantages", "register"]
 
@@ -245,7 +245,7 @@ def compute_advantages(
     """Per-token advantages ``(B, T)`` of a batch (see the module docstring).
 
     Args:
-        batch: From :func:`~agent_trainers.algorithms.tensors.reward_batch`.
+        batch: From :func:`~agent_trainers.algorithms.shared.tensors.reward_batch`.
         algorithm: A registered estimator name (an :class:`Algorithm`).
         mode: ``outcome`` or ``turn``.
         gamma: Per-turn discount in (0, 1].

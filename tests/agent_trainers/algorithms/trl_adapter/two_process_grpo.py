@@ -4,7 +4,8 @@ Each rank writes ``rank<R>.json``: per rollout call its trajectories and the
 advantages the trainer computed, plus a checksum of the parameters before and
 after training. Run from the repository root::
 
-    accelerate launch --multi_gpu --num_processes 2 -m tests.agent_trainers.algorithms.two_process_grpo --out DIR
+    accelerate launch --multi_gpu --num_processes 2 \
+        -m tests.agent_trainers.algorithms.trl_adapter.two_process_grpo --out DIR
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-from agent_trainers.algorithms.trl_args import make_grpo_config
+from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig, trajectory_to_dict
-from tests.agent_trainers.algorithms.test_grpo import ScriptedLookup
+from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ScriptedLookup
 from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.conftest import CAPITALS
 

@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 from agent_gym.envs import _STOP_REASON
-from agent_trainers.algorithms.evaluate import MissingMetricError, evaluate, summarize
+from agent_trainers.evaluation.evaluate import MissingMetricError, evaluate, summarize
 from agent_trainers.policies import ScriptedPolicy
 from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.conftest import LookupEnv
