@@ -29,7 +29,7 @@ import gymnasium as gym
 import torch
 from transformers import TrainerCallback
 
-from agent_trainers.algorithms.shared.advantages import Algorithm
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
 from agent_trainers.evaluation.evaluate import EvalResult, summarize
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
@@ -219,14 +219,6 @@ class _RLCallback(TrainerCallback):
             self.state.evaluate(f"rl_step_{step}", step, model=self.trainer.model)
 
 
-def vllm_args(rl: Any) -> dict[str, Any]:
-    """``GRPOConfig`` fields for ``rl.vllm`` (nothing for ``none``)."""
-    mode = str(rl.vllm)
-    if mode == "none":
-        return {}
-    return {"use_vllm": True, "vllm_mode": mode, "vllm_server_base_url": rl.vllm_server_url}
-
-
 def run_trl_rl_stage(state: RunState) -> None:
     """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
     from datasets import Dataset
@@ -234,34 +226,15 @@ def run_trl_rl_stage(state: RunState) -> None:
     from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint, load_rollout_state
     from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
     from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-    from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config, micro_batch_args
+    from agent_trainers.algorithms.trl_adapter.trl_args import grpo_args
 
     c, r = state.config, state.config.rl
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
     rollout_fn = EnvRolloutFunc(
         rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed, loss_mask=r.loss_mask
     )
-    args = make_grpo_config(
-        device=c.device,
-        bf16=c.bf16,
-        report_to=c.report_to,
-        output_dir=str(state.out / "rl"),
-        max_steps=r.steps,
-        **micro_batch_args(r.num_generations * r.prompts_per_step, r.micro_batch),  # one generation per step
-        gradient_checkpointing=r.gradient_checkpointing,
-        num_generations=r.num_generations,
-        learning_rate=r.learning_rate,
-        beta=r.beta,
-        temperature=c.rollout.temperature,
-        top_p=c.rollout.top_p,
-        loss_type=r.loss_type.value,
-        scale_rewards=r.scale_rewards.value,
-        save_strategy="steps",
-        save_steps=r.save_steps,
-        seed=c.seed,
-        max_completion_length=c.rollout.max_total_tokens,
-        **vllm_args(r),
-    )
+    out = str(state.out / "rl")
+    args = grpo_args(r, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to)
     if not r.gradient_checkpointing and getattr(state.model, "is_gradient_checkpointing", False):
         state.model.gradient_checkpointing_disable()  # left on by the SFT stage; TRL would keep it
     trainer = AgentGRPOTrainer(
@@ -288,28 +261,23 @@ def run_trl_rl_stage(state: RunState) -> None:
 def run_ppo_stage(state: RunState) -> None:
     """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.ppo.config import PPOArgs
     from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
     from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
 
-    c, r = state.config, state.config.rl
+    c = state.config
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
     rollout_fn = EnvRolloutFunc(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
-    args = PPOArgs(
-        **dataclasses.asdict(c.ppo),
-        steps=r.steps,
-        num_generations=r.num_generations,
-        prompts_per_step=r.prompts_per_step,
-        learning_rate=r.learning_rate,
-        kl_coef=r.beta,
-        loss_mask=r.loss_mask,
-        advantage_mask=r.advantage_mask,
-        save_steps=r.save_steps,
+    trainer = PPOTrainer(
+        state.model,
+        state.tokenizer,
+        rollout_fn,
+        c.rl,
+        c.ppo,
+        output_dir=state.out / "rl",
         seed=c.seed,
-        device=str(c.device),
+        device=c.device,
         bf16=c.bf16,
     )
-    trainer = PPOTrainer(state.model, state.tokenizer, rollout_fn, args, output_dir=state.out / "rl")
     trainer.add_callback(_RLCallback(state, trainer))
     for callback in state.callbacks:
         trainer.add_callback(callback)
@@ -319,13 +287,10 @@ def run_ppo_stage(state: RunState) -> None:
 
 
 RL_TRAINERS: dict[Algorithm, Callable[[RunState], None]] = {
-    Algorithm.GRPO: run_trl_rl_stage,
-    Algorithm.RLOO: run_trl_rl_stage,
-    Algorithm.REINFORCE_PP: run_trl_rl_stage,
-    Algorithm.REINFORCE_PP_BASELINE: run_trl_rl_stage,
+    **{Algorithm(name): run_trl_rl_stage for name in ESTIMATORS},  # an estimator trains through TRL
     Algorithm.PPO: run_ppo_stage,
 }
-"""Which function runs the RL stage of each algorithm."""
+"""Which function runs the RL stage of each algorithm (what each one reads: :data:`~.config.TRAINER_READS`)."""
 
 
 def run_rl_stage(state: RunState) -> None:

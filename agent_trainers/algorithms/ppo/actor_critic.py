@@ -32,23 +32,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from agent_trainers.algorithms.ppo.config import CriticKind
+
 __all__ = ["ActorCritic", "CriticKind", "SequenceBatch", "chunked_logprobs", "pack_sequences", "policy_scores"]
-
-
-class CriticKind(StrEnum):
-    """Where PPO's value estimates come from."""
-
-    VALUE_HEAD = "value_head"
-    """A linear value head on the policy's backbone (shared weights)."""
-    SEPARATE = "separate"
-    """A separate backbone with its own value head."""
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""PPO's settings: :class:`PPOConfig` (the ``ppo:`` section of an ``agent-r1`` config) and :class:`PPOArgs`.
+"""PPO's settings: :class:`PPOConfig` (the ``ppo:`` section of an ``agent-r1`` config), what PPO reads of the
+shared RL settings (:data:`PPO_READS`), and the rules across the two (:func:`check_ppo_settings`).
+
+The trainer takes :class:`~agent_trainers.algorithms.shared.settings.RLConfig`
+(steps, learning rate, group size, ``beta``, the two masks) and :class:`PPOConfig` as they are.
 
 Names follow the PPO paper (Schulman et al., 2017), GAE (Schulman et al.,
 2016) and CleanRL's ``ppo.py``: ``gamma``, ``lam``, ``clip_coef``,
@@ -25,9 +29,19 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-from agent_trainers.algorithms.ppo.actor_critic import CriticKind
+from agent_trainers.algorithms.shared.settings import Reads, RLConfig
+from agent_trainers.rollout.config import RolloutConfig
 
-__all__ = ["KLPlacement", "PPOArgs", "PPOConfig"]
+__all__ = ["PPO_READS", "CriticKind", "KLPlacement", "PPOConfig", "check_ppo_settings"]
+
+
+class CriticKind(StrEnum):
+    """Where PPO's value estimates come from."""
+
+    VALUE_HEAD = "value_head"
+    """A linear value head on the policy's backbone (shared weights)."""
+    SEPARATE = "separate"
+    """A separate backbone with its own value head."""
 
 
 class KLPlacement(StrEnum):
@@ -87,40 +101,49 @@ class PPOConfig:
     """Completion tokens per block of full-vocabulary logits (memory: one block at a time)."""
 
 
-@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True))
-class PPOArgs(PPOConfig):
-    """Everything a PPO run needs: :class:`PPOConfig` plus the settings it shares with the other algorithms."""
+PPO_READS = Reads(
+    "ppo",
+    frozenset(
+        {
+            "rl.steps",
+            "rl.num_generations",
+            "rl.prompts_per_step",
+            "rl.learning_rate",
+            "rl.beta",
+            "rl.loss_mask",
+            "rl.advantage_mask",
+            "rl.save_steps",
+        }
+    ),
+    {
+        "rl.micro_batch": "ppo has ppo.micro_batch_size",
+        "rl.gradient_checkpointing": "ppo's trainer does not checkpoint activations",
+        "rl.loss_type": "a TRL loss aggregation; ppo takes token means over each minibatch",
+        "rl.advantage": "ppo's advantages are GAE over agent tokens, with ppo.gamma and ppo.lam",
+        "rl.gamma": "ppo discounts per agent token with ppo.gamma",
+        "rl.scale_rewards": "ppo whitens advantages when ppo.norm_adv is true",
+        "rl.vllm": "ppo generates with the trained model itself",
+        "rl.vllm_server_url": "ppo generates with the trained model itself",
+        "report_to": "ppo writes its curves to metrics.jsonl only",
+    },
+)
+"""The shared RL settings :class:`~agent_trainers.algorithms.ppo.PPOTrainer` reads (every ``ppo.*`` field too)."""
 
-    steps: int = Field(default=8, ge=1)
-    """RL steps; each plays ``prompts_per_step * num_generations`` episodes, then updates."""
-    num_generations: int = Field(default=4, ge=1)
-    """Episodes per task in a step (PPO needs no group; the pipeline uses the same G for every algorithm)."""
-    prompts_per_step: int = Field(default=2, ge=1)
-    """Tasks per step (per process)."""
-    learning_rate: float = Field(default=1e-5, gt=0)
-    """AdamW learning rate of the policy (linear decay to 0 over the run, as TRL's default)."""
-    kl_coef: float = Field(default=0.0, ge=0)
-    """β of the KL to the reference (a frozen copy of the policy as RL starts); 0: no reference model."""
-    loss_mask: bool = True
-    """Keep env tokens out of the policy loss (false: the paper's ablation)."""
-    advantage_mask: bool = True
-    """Run GAE over agent tokens only, bootstrapping across env tokens (false: over every token)."""
-    save_steps: int = Field(default=4, ge=1)
-    """Checkpoint every N steps (and at the end)."""
-    seed: int = 0
-    """Seeds the task order and the minibatch shuffles (rollouts are seeded by the rollout function)."""
-    device: str = "auto"
-    """``auto``, ``cpu`` or ``cuda``."""
-    bf16: bool | None = None
-    """bf16 autocast (``null``: where the device supports it)."""
 
-    def __post_init__(self) -> None:
-        if self.critic_warmup_steps >= self.steps:
-            raise ValueError(
-                f"ppo.critic_warmup_steps must be < the RL steps (got {self.critic_warmup_steps} and {self.steps})"
-            )
-        episodes = self.num_generations * self.prompts_per_step
-        if self.num_minibatches > episodes:
-            raise ValueError(
-                f"ppo.num_minibatches must be <= the episodes per step (got {self.num_minibatches} and {episodes})"
-            )
+def check_ppo_settings(rl: RLConfig, ppo: PPOConfig, rollout: RolloutConfig) -> None:
+    """The rules across PPO's settings, the shared RL settings and the rollout settings.
+
+    Raises:
+        ValueError: One line naming the broken rule.
+    """
+    if not rollout.temperature > 0:
+        raise ValueError("ppo scores log-probs at the sampling temperature: rollout.temperature must be > 0")
+    if ppo.critic_warmup_steps >= rl.steps:
+        raise ValueError(
+            f"ppo.critic_warmup_steps must be < the RL steps (got {ppo.critic_warmup_steps} and {rl.steps})"
+        )
+    if ppo.num_minibatches > rl.episodes_per_step:
+        raise ValueError(
+            "ppo.num_minibatches must be <= rl.num_generations * rl.prompts_per_step "
+            f"(got {ppo.num_minibatches} and {rl.episodes_per_step})"
+        )

@@ -51,8 +51,8 @@ import torch
 from accelerate import Accelerator
 from transformers import TrainerCallback, TrainerControl, TrainerState, get_scheduler
 
-from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, CriticKind, pack_sequences, policy_scores
-from agent_trainers.algorithms.ppo.config import KLPlacement, PPOArgs
+from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, pack_sequences, policy_scores
+from agent_trainers.algorithms.ppo.config import CriticKind, KLPlacement, PPOConfig, check_ppo_settings
 from agent_trainers.algorithms.ppo.core import (
     clipped_surrogate,
     clipped_value_loss,
@@ -64,9 +64,10 @@ from agent_trainers.algorithms.ppo.core import (
     masked_whiten,
 )
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback, load_rollout_state
+from agent_trainers.algorithms.shared.settings import RLConfig, bf16_enabled
 from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, episode_metrics
-from agent_trainers.policies.loader import load_model, resolve_device
+from agent_trainers.policies.loader import Device, load_model, resolve_device
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["PPOBatch", "PPOTrainer"]
@@ -124,13 +125,21 @@ class PPOTrainer:
         tokenizer: Its tokenizer (from :func:`~agent_trainers.policies.load_model`).
         rollout: Plays the episodes; its ``rows`` are the training tasks and its
             ``config.temperature`` (> 0) is the temperature log-probs are scored at.
-        args: :class:`~agent_trainers.algorithms.ppo.config.PPOArgs`.
+        rl: The shared RL settings (:class:`~agent_trainers.algorithms.shared.settings.RLConfig`); PPO reads
+            those in :data:`~agent_trainers.algorithms.ppo.config.PPO_READS` (``beta`` is the KL coefficient).
+        ppo: PPO's own settings (:class:`~agent_trainers.algorithms.ppo.config.PPOConfig`).
         output_dir: Checkpoints (``checkpoint-N/``) and the KL reference (``reference/``) go here.
+        seed: Seeds the task order and the minibatch shuffles (rollouts are seeded by the rollout function).
+        device: ``auto``, ``cpu`` or ``cuda``.
+        bf16: bf16 autocast (``None``: where the device supports it).
         callbacks: ``TrainerCallback`` s (``on_step_end``, ``on_log``, ``on_save`` are called).
 
+    Raises:
+        ValueError: A rule of :func:`~agent_trainers.algorithms.ppo.config.check_ppo_settings` is broken.
+
     Example:
-        >>> args = PPOArgs(steps=2, num_generations=2)
-        >>> trainer = PPOTrainer(model, tok, EnvRolloutFunc(rows), args, output_dir="runs/ppo")  # doctest: +SKIP
+        >>> rl = RLConfig(steps=2, num_generations=2)
+        >>> trainer = PPOTrainer(model, tok, EnvRolloutFunc(rows), rl, output_dir="runs/ppo")  # doctest: +SKIP
         >>> trainer.train()  # doctest: +SKIP
     """
 
@@ -139,42 +148,47 @@ class PPOTrainer:
         model: Any,
         tokenizer: Any,
         rollout: EnvRolloutFunc,
-        args: PPOArgs,
+        rl: RLConfig,
+        ppo: PPOConfig | None = None,
         *,
         output_dir: str | Path,
+        seed: int = 0,
+        device: Device | str = Device.AUTO,
+        bf16: bool | None = None,
         callbacks: Sequence[TrainerCallback] = (),
     ):
-        if not rollout.config.temperature > 0:
-            raise ValueError("PPO scores log-probs at the sampling temperature: rollout.temperature must be > 0")
-        self.args, self.rollout, self.tokenizer = args, rollout, tokenizer
+        self.rl, self.ppo = rl, ppo if ppo is not None else PPOConfig()
+        check_ppo_settings(self.rl, self.ppo, rollout.config)
+        self.rollout, self.tokenizer = rollout, tokenizer
+        self.seed, self.device = seed, Device(device)
         self.output_dir = Path(output_dir)
         self.tasks = [(str(r["env_id"]), int(r["task_index"])) for r in rollout.rows]
-        where = resolve_device(args.device)
-        bf16 = args.bf16 if args.bf16 is not None else (where.type == "cuda" and torch.cuda.is_bf16_supported())
-        self.accelerator = Accelerator(cpu=where.type == "cpu", mixed_precision="bf16" if bf16 else "no")
-        self.reference = self._reference(model) if args.kl_coef else None
-        agent = ActorCritic(model, args.critic, critic_backbone=self._critic_backbone(), chunk=args.logit_chunk)
-        optimizer = torch.optim.AdamW(self._param_groups(agent), lr=args.learning_rate, weight_decay=0.0)
-        updates = args.steps * args.update_epochs * args.num_minibatches
+        where = resolve_device(self.device)
+        mixed = "bf16" if bf16_enabled(where.type, bf16) else "no"
+        self.accelerator = Accelerator(cpu=where.type == "cpu", mixed_precision=mixed)
+        self.reference = self._reference(model) if rl.beta else None
+        agent = ActorCritic(model, self.ppo.critic, critic_backbone=self._critic_backbone(), chunk=self.ppo.logit_chunk)
+        optimizer = torch.optim.AdamW(self._param_groups(agent), lr=rl.learning_rate, weight_decay=0.0)
+        updates = rl.steps * self.ppo.update_epochs * self.ppo.num_minibatches
         scheduler = get_scheduler("linear", optimizer, num_warmup_steps=0, num_training_steps=updates)
         self.agent, self.optimizer, self.scheduler = self.accelerator.prepare(agent, optimizer, scheduler)
-        self.state = TrainerState(max_steps=args.steps, is_world_process_zero=self.accelerator.is_main_process)
+        self.state = TrainerState(max_steps=rl.steps, is_world_process_zero=self.accelerator.is_main_process)
         self.control = TrainerControl()
         self.callbacks: list[TrainerCallback] = [RolloutStateCallback(rollout), *callbacks]
 
     # ------------------------------------------------------------------ set-up
     def _critic_backbone(self) -> torch.nn.Module | None:
-        a = self.args
-        if a.critic is not CriticKind.SEPARATE or a.critic_model is None:
+        p = self.ppo
+        if p.critic is not CriticKind.SEPARATE or p.critic_model is None:
             return None  # the value head sits on the policy, or the critic copies the policy's backbone
-        critic, _ = load_model(a.critic_model, device=a.device)
+        critic, _ = load_model(p.critic_model, device=self.device)
         return critic.base_model
 
     def _param_groups(self, agent: ActorCritic) -> list[dict[str, Any]]:
-        critic_lr = self.args.critic_learning_rate or self.args.learning_rate
+        critic_lr = self.ppo.critic_learning_rate or self.rl.learning_rate
         critic = list(agent.value_head.parameters()) + (list(agent.critic.parameters()) if agent.critic else [])
         return [
-            {"params": [p for p in agent.policy.parameters() if p.requires_grad], "lr": self.args.learning_rate},
+            {"params": [p for p in agent.policy.parameters() if p.requires_grad], "lr": self.rl.learning_rate},
             {"params": critic, "lr": critic_lr},
         ]
 
@@ -204,10 +218,10 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------- loop
     def train(self, resume_from_checkpoint: str | Path | None = None) -> TrainerState:
-        """Run ``args.steps`` steps (from a checkpoint's step when resuming); returns the trainer state."""
+        """Run ``rl.steps`` steps (from a checkpoint's step when resuming); returns the trainer state."""
         if resume_from_checkpoint is not None:
             self._load(Path(resume_from_checkpoint))
-        while self.state.global_step < self.args.steps:
+        while self.state.global_step < self.rl.steps:
             start = time.perf_counter()
             metrics = self.step()
             self.state.global_step += 1
@@ -216,7 +230,7 @@ class PPOTrainer:
             self.state.log_history.append({**metrics, "step": self.state.global_step})
             self._call("on_step_end")
             self._call("on_log", logs=metrics)
-            if self.state.global_step % self.args.save_steps == 0 or self.state.global_step == self.args.steps:
+            if self.state.global_step % self.rl.save_steps == 0 or self.state.global_step == self.rl.steps:
                 self.save()
         return self.state
 
@@ -232,7 +246,7 @@ class PPOTrainer:
 
     def prepare(self, trajectories: list[Trajectory]) -> PPOBatch:
         """Steps 2-6: tensors, log-probs and values before the update, KL in the reward, GAE, whitening."""
-        a = self.args
+        p = self.ppo
         # 2. tensors: each turn's reward on its last agent token; agent / env / padding masks
         batch = self._batch(trajectories)
         # 3. score with the policy before the update
@@ -241,13 +255,13 @@ class PPOTrainer:
             batch.ref_logprobs, _ = self._score(batch, self.reference, values=False)
         # 4. KL in the reward
         rewards = batch.rewards.token_rewards
-        if batch.ref_logprobs is not None and a.kl_penalty is KLPlacement.REWARD:
+        if batch.ref_logprobs is not None and p.kl_penalty is KLPlacement.REWARD:
             kl = kl_k1(batch.old_logprobs, batch.ref_logprobs) * batch.rewards.model_mask
-            rewards = rewards - a.kl_coef * kl
+            rewards = rewards - self.rl.beta * kl
         # 5. GAE over the agent's tokens (or every token), bootstrapping across the rest
-        advantages, batch.returns = masked_gae(rewards, batch.old_values, batch.gae_mask, gamma=a.gamma, lam=a.lam)
+        advantages, batch.returns = masked_gae(rewards, batch.old_values, batch.gae_mask, gamma=p.gamma, lam=p.lam)
         # 6. whiten over the tokens in the policy loss; the other tokens get 0
-        batch.advantages = masked_whiten(advantages, batch.policy_mask) if a.norm_adv else advantages
+        batch.advantages = masked_whiten(advantages, batch.policy_mask) if p.norm_adv else advantages
         batch.advantages = batch.advantages * batch.policy_mask
         return batch
 
@@ -255,11 +269,11 @@ class PPOTrainer:
     def _tasks_of_step(self, step: int) -> list[tuple[str, int]]:
         """This process's tasks of step ``step``: consecutive slices of per-epoch permutations (seeded)."""
         n, world = len(self.tasks), self.accelerator.num_processes
-        per_step = self.args.prompts_per_step * world
+        per_step = self.rl.prompts_per_step * world
         picks = []
         for i in range(step * per_step, (step + 1) * per_step):
             epoch, pos = divmod(i, n)
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.args.seed * 1_000_003 + epoch))
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
             picks.append(self.tasks[int(order[pos])])
         return picks[self.accelerator.process_index :: world]
 
@@ -268,25 +282,25 @@ class PPOTrainer:
         training = policy.training
         policy.eval()
         try:
-            return self.rollout.play_step(tasks, self.args.num_generations, policy, self.tokenizer)
+            return self.rollout.play_step(tasks, self.rl.num_generations, policy, self.tokenizer)
         finally:
             policy.train(training)
 
     def _batch(self, trajectories: list[Trajectory]) -> PPOBatch:
         width = max((len(t.completion_ids) for t in trajectories), default=0)
         device = self.accelerator.device
-        rewards = reward_batch(trajectories, group_size=self.args.num_generations, length=width, device=device)
+        rewards = reward_batch(trajectories, group_size=self.rl.num_generations, length=width, device=device)
         agent_tokens, every_token = rewards.model_mask, rewards.valid
         return PPOBatch(
             prompts=[list(t.prompt_ids) for t in trajectories],
             completions=[list(t.completion_ids) for t in trajectories],
             rewards=rewards,
-            policy_mask=agent_tokens if self.args.loss_mask else every_token,
-            gae_mask=agent_tokens if self.args.advantage_mask else every_token,
+            policy_mask=agent_tokens if self.rl.loss_mask else every_token,
+            gae_mask=agent_tokens if self.rl.advantage_mask else every_token,
         )
 
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        size = self.args.micro_batch_size
+        size = self.ppo.micro_batch_size
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
     def _inputs(self, batch: PPOBatch, rows: torch.Tensor) -> dict[str, Any]:
@@ -309,7 +323,7 @@ class PPOTrainer:
         shape = batch.rewards.valid.shape
         logprobs = torch.zeros(shape, device=self.accelerator.device)
         out_values = torch.zeros(shape, device=self.accelerator.device)
-        temperature, chunk = self.rollout.config.temperature, self.args.logit_chunk
+        temperature, chunk = self.rollout.config.temperature, self.ppo.logit_chunk
         model.eval()
         for rows in self._micro_batches(torch.arange(shape[0])):
             inputs = self._inputs(batch, rows)
@@ -329,16 +343,16 @@ class PPOTrainer:
     # ----------------------------------------------------------------- update
     def update(self, batch: PPOBatch) -> dict[str, list[float]]:
         """Step 7: ``update_epochs`` passes of ``num_minibatches`` optimizer steps; returns per-minibatch statistics."""
-        a, n = self.args, len(batch.prompts)
-        shuffle = torch.Generator().manual_seed(a.seed * 1_000_003 + self.state.global_step)
-        size = math.ceil(n / a.num_minibatches)
+        p, n = self.ppo, len(batch.prompts)
+        shuffle = torch.Generator().manual_seed(self.seed * 1_000_003 + self.state.global_step)
+        size = math.ceil(n / p.num_minibatches)
         stats: dict[str, list[float]] = defaultdict(list)
         self.agent.train()
-        for _epoch in range(a.update_epochs):
+        for _epoch in range(p.update_epochs):
             order = torch.randperm(n, generator=shuffle)
             kls = [self._minibatch(batch, order[s : s + size], stats) for s in range(0, n, size)]
             stats["epochs"].append(1.0)
-            if a.target_kl is not None and sum(kls) / len(kls) > a.target_kl:
+            if p.target_kl is not None and sum(kls) / len(kls) > p.target_kl:
                 break
         return stats
 
@@ -358,7 +372,7 @@ class PPOTrainer:
                 self.accelerator.backward(loss)
             for name, value in parts.items():
                 sums[name] += value
-        grad_norm = self.accelerator.clip_grad_norm_(self.agent.parameters(), self.args.max_grad_norm)
+        grad_norm = self.accelerator.clip_grad_norm_(self.agent.parameters(), self.ppo.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -371,24 +385,24 @@ class PPOTrainer:
         self, batch: PPOBatch, rows: torch.Tensor, tokens: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """This micro-batch's share of the minibatch loss (token sums over the minibatch's token counts)."""
-        a = self.args
+        p = self.ppo
         inputs = self._inputs(batch, rows)
         w = inputs["valid"].shape[1]
         logp, values, entropy = self.agent(
             **inputs,
             temperature=self.rollout.config.temperature,
             scored=self._scored(batch, rows, w),
-            entropy=a.ent_coef > 0,
+            entropy=p.ent_coef > 0,
         )
         old_logp, adv = batch.old_logprobs[rows, :w], batch.advantages[rows, :w]
         pol, val, agent = batch.policy_mask[rows, :w], batch.gae_mask[rows, :w], batch.rewards.model_mask[rows, :w]
-        pg, pg_clipped = clipped_surrogate(logp, old_logp, adv, a.clip_coef)
+        pg, pg_clipped = clipped_surrogate(logp, old_logp, adv, p.clip_coef)
         vl, v_clipped = clipped_value_loss(
-            values, batch.old_values[rows, :w], batch.returns[rows, :w], a.vf_clip if a.clip_vloss else None
+            values, batch.old_values[rows, :w], batch.returns[rows, :w], p.vf_clip if p.clip_vloss else None
         )
         policy_loss = (pg * pol).sum() / tokens["policy"]
         value_loss = (vl * val).sum() / tokens["value"]
-        loss = policy_loss + a.vf_coef * value_loss
+        loss = policy_loss + p.vf_coef * value_loss
         log_ratio = (logp - old_logp).detach()
         parts = {
             "policy_loss": policy_loss.item(),
@@ -399,14 +413,14 @@ class PPOTrainer:
         }
         if entropy is not None:
             mean_entropy = (entropy * pol).sum() / tokens["policy"]
-            loss = loss - a.ent_coef * mean_entropy
+            loss = loss - p.ent_coef * mean_entropy
             parts["entropy"] = mean_entropy.item()
-        if batch.ref_logprobs is not None and a.kl_penalty is KLPlacement.LOSS:
+        if batch.ref_logprobs is not None and p.kl_penalty is KLPlacement.LOSS:
             kl = (kl_k3(logp, batch.ref_logprobs[rows, :w]) * agent).sum() / tokens["agent"]
-            loss = loss + a.kl_coef * kl
+            loss = loss + self.rl.beta * kl
             parts["kl_loss"] = kl.item()
-        if self.state.global_step < a.critic_warmup_steps:  # critic warm-up: the value loss alone
-            loss = a.vf_coef * value_loss
+        if self.state.global_step < p.critic_warmup_steps:  # critic warm-up: the value loss alone
+            loss = p.vf_coef * value_loss
         parts["loss"] = loss.item()
         return loss, parts
 
@@ -444,7 +458,7 @@ class PPOTrainer:
     def _load(self, folder: Path) -> None:
         self.accelerator.load_state(str(folder))
         self.state = TrainerState.load_from_json(str(folder / "trainer_state.json"))
-        self.state.max_steps = self.args.steps
+        self.state.max_steps = self.rl.steps
         load_rollout_state(folder, self.rollout)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 _LAZY = {
     "OracleEpisode": "cold_start",
+    "make_sft_config": "cold_start",
     "oracle_episodes": "cold_start",
     "run_sft": "cold_start",
     "tokenize_episode": "cold_start",

@@ -25,9 +25,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
 import agent_gym  # noqa: F401  (registers the environments)
+from agent_trainers.algorithms.shared.settings import ReportTo, device_args
+from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.chat import ChatTokenizer, tokenize_chat
 
-__all__ = ["OracleEpisode", "oracle_episodes", "run_sft", "tokenize_episode"]
+__all__ = ["OracleEpisode", "make_sft_config", "oracle_episodes", "run_sft", "tokenize_episode"]
 
 
 @dataclass
@@ -136,3 +138,15 @@ def run_sft(
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.train()
     return trainer
+
+
+def make_sft_config(
+    *,
+    device: Device | str = Device.AUTO,
+    bf16: bool | None = None,
+    report_to: ReportTo | str = "none",
+    **overrides: Any,
+) -> SFTConfig:
+    """An ``SFTConfig`` with the device, precision and logger rules of every trainer (override any field)."""
+    defaults: dict[str, Any] = {"logging_steps": 1, "save_strategy": "no"}
+    return SFTConfig(**(defaults | device_args(device, bf16, report_to) | overrides))

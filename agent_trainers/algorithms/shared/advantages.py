@@ -57,7 +57,7 @@ import torch
 
 from agent_trainers.algorithms.shared.tensors import RewardBatch, discounted_returns
 
-__all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "Estimator", "compute_advantages", "register"]
+__all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "Estimator", "ScaleRewards", "compute_advantages", "register"]
 
 EPS = 1e-4
 
@@ -77,6 +77,17 @@ class Algorithm(StrEnum):
     """PPO: a critic, GAE over agent tokens (its own trainer, :mod:`agent_trainers.algorithms.ppo`)."""
 
 
+class ScaleRewards(StrEnum):
+    """How ``grpo`` scales centred values (TRL's ``scale_rewards``)."""
+
+    GROUP = "group"
+    """By the std of the group's units (outcome: its rollouts; turn: the step's turn values)."""
+    BATCH = "batch"
+    """By the std of every unit of the batch."""
+    NONE = "none"
+    """Not at all: only centre."""
+
+
 class AdvantageMode(StrEnum):
     """What an advantage judges."""
 
@@ -91,7 +102,7 @@ class Options:
     """Settings an estimator may read."""
 
     mode: AdvantageMode
-    scale: str
+    scale: ScaleRewards
     eps: float
 
 
@@ -107,23 +118,28 @@ class Estimator:
         fn: ``fn(values, episode_returns, batch, options) -> (B, T)`` advantages.
         kl_in_reward: The KL penalty enters the reward (else it stays in TRL's loss).
         min_group_size: Smallest group the estimator is defined for.
+        reads: The settings it reads besides those every estimator reads (``rl.advantage``, ``rl.gamma``,
+            ``rl.beta``), as dotted config keys: the trainer that runs it declares them (e.g. ``rl.scale_rewards``).
     """
 
     name: str
     fn: EstimatorFn
     kl_in_reward: bool
     min_group_size: int
+    reads: frozenset[str] = frozenset()
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 """The registry: algorithm name -> :class:`Estimator`."""
 
 
-def register(name: str, *, kl_in_reward: bool, min_group_size: int = 1) -> Callable[[EstimatorFn], EstimatorFn]:
+def register(
+    name: str, *, kl_in_reward: bool, min_group_size: int = 1, reads: frozenset[str] = frozenset()
+) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator adding an estimator function to :data:`ESTIMATORS` under ``name``."""
 
     def add(fn: EstimatorFn) -> EstimatorFn:
-        ESTIMATORS[str(name)] = Estimator(str(name), fn, kl_in_reward, min_group_size)
+        ESTIMATORS[str(name)] = Estimator(str(name), fn, kl_in_reward, min_group_size, frozenset(reads))
         return fn
 
     return add
@@ -151,7 +167,7 @@ def _steps(values: torch.Tensor, batch: RewardBatch, start: int, g: int) -> dict
 
 
 def _step_baselines(
-    values: torch.Tensor, batch: RewardBatch, *, leave_one_out: bool, scale: str, eps: float
+    values: torch.Tensor, batch: RewardBatch, *, leave_one_out: bool, scale: ScaleRewards, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token baseline, divisor and turn value of turn mode: each turn ``k`` against the group's turn ``k``.
 
@@ -166,7 +182,7 @@ def _step_baselines(
     baseline, divisor, turn_value = values.clone(), torch.ones_like(values), values.clone()
     groups = [_steps(values, batch, start, g) for start in range(0, n, g)]
     batch_std = None
-    if scale == "batch":  # the std of every unit of the batch, shared by all steps
+    if scale is ScaleRewards.BATCH:  # the std of every unit of the batch, shared by all steps
         units = [v for steps in groups for step in steps.values() for v in step.values()]
         batch_std = _std(torch.stack(units)) + eps if units else None
     for steps in groups:
@@ -174,7 +190,9 @@ def _step_baselines(
             if len(step) < 2:
                 continue
             pooled = torch.stack(list(step.values()))
-            std = _std(pooled) + eps if scale == "group" else batch_std if scale == "batch" else 1.0
+            std = (
+                _std(pooled) + eps if scale is ScaleRewards.GROUP else batch_std if scale is ScaleRewards.BATCH else 1.0
+            )
             for b, v in step.items():
                 tokens = batch.turn_index[b] == k
                 mean = (pooled.sum() - v) / (len(step) - 1) if leave_one_out else pooled.mean()
@@ -182,7 +200,7 @@ def _step_baselines(
     return baseline, divisor, turn_value
 
 
-@register(Algorithm.GRPO, kl_in_reward=False)
+@register(Algorithm.GRPO, kl_in_reward=False, reads=frozenset({"rl.scale_rewards"}))
 def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Group-relative: centre (and scale) by the group's rollouts (outcome) or per step (turn)."""
     if opts.mode is AdvantageMode.TURN:
@@ -192,9 +210,9 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
         return (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
     grouped = returns.view(-1, batch.group_size)
     centred = values - grouped.mean(dim=1).repeat_interleave(batch.group_size)[:, None]
-    if opts.scale == "none":
+    if opts.scale is ScaleRewards.NONE:
         return centred
-    if opts.scale == "group":
+    if opts.scale is ScaleRewards.GROUP:
         stds = torch.stack([_std(row) for row in grouped]).repeat_interleave(batch.group_size)
     else:
         stds = _std(returns).expand(returns.shape[0])
@@ -205,7 +223,7 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
 def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
     if opts.mode is AdvantageMode.TURN:
-        return values - _step_baselines(values, batch, leave_one_out=True, scale="none", eps=opts.eps)[0]
+        return values - _step_baselines(values, batch, leave_one_out=True, scale=ScaleRewards.NONE, eps=opts.eps)[0]
     g = batch.group_size
     sums = returns.view(-1, g).sum(dim=1, keepdim=True)
     baseline = ((sums - returns.view(-1, g)) / (g - 1)).reshape(-1)
@@ -224,7 +242,7 @@ def reinforce_pp_baseline(
 ) -> torch.Tensor:
     """Group-mean baseline, then global batch normalisation over model tokens."""
     if opts.mode is AdvantageMode.TURN:
-        baseline = _step_baselines(values, batch, leave_one_out=False, scale="none", eps=opts.eps)[0]
+        baseline = _step_baselines(values, batch, leave_one_out=False, scale=ScaleRewards.NONE, eps=opts.eps)[0]
         return _whiten(values - baseline, batch.model_mask, opts.eps)
     g = batch.group_size
     group_mean = returns.view(-1, g).mean(dim=1).repeat_interleave(g)
@@ -239,7 +257,7 @@ def compute_advantages(
     gamma: float = 1.0,
     kl_coef: float = 0.0,
     kl: torch.Tensor | None = None,
-    scale: str = "group",
+    scale: ScaleRewards | str = ScaleRewards.GROUP,
     eps: float = EPS,
 ) -> torch.Tensor:
     """Per-token advantages ``(B, T)`` of a batch (see the module docstring).
@@ -251,7 +269,7 @@ def compute_advantages(
         gamma: Per-turn discount in (0, 1].
         kl_coef: ``beta`` of the KL penalty in the reward (estimators with ``kl_in_reward`` only).
         kl: ``(B, T)`` per-token KL estimates; required when ``kl_coef > 0`` for such estimators.
-        scale: GRPO's std scaling: ``group``, ``batch`` or ``none`` (TRL's ``scale_rewards``).
+        scale: GRPO's std scaling, a :class:`ScaleRewards` (TRL's ``scale_rewards``).
         eps: Added to standard deviations.
 
     Raises:
@@ -264,7 +282,7 @@ def compute_advantages(
     est = ESTIMATORS[name]
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma must be in (0, 1] (got {gamma})")
-    if scale not in ("group", "batch", "none"):
+    if scale not in set(ScaleRewards):
         raise ValueError(f"scale must be 'group', 'batch' or 'none' (got {scale!r})")
     if batch.group_size < est.min_group_size:
         raise ValueError(f"{name} needs groups of at least {est.min_group_size} rollouts (got {batch.group_size})")
@@ -275,6 +293,6 @@ def compute_advantages(
         rewards = rewards - kl_coef * kl * batch.model_mask
     returns_to_go = discounted_returns(rewards, batch.turn_index, gamma)
     returns = returns_to_go[:, 0] if returns_to_go.shape[1] else rewards.new_zeros(rewards.shape[0])
-    opts = Options(mode=AdvantageMode(mode), scale=scale, eps=eps)
+    opts = Options(mode=AdvantageMode(mode), scale=ScaleRewards(scale), eps=eps)
     values = returns_to_go if opts.mode is AdvantageMode.TURN else returns[:, None].expand_as(returns_to_go)
     return est.fn(values, returns, batch, opts) * batch.valid

@@ -54,7 +54,13 @@ from torch.utils.data import Sampler
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, add_fused_lm_head
 
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
+from agent_trainers.algorithms.shared.advantages import (
+    ESTIMATORS,
+    AdvantageMode,
+    Algorithm,
+    ScaleRewards,
+    compute_advantages,
+)
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback
 from agent_trainers.algorithms.shared.logprobs import shared_prompt_token_logprobs, supports_scored_logprobs
 from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
@@ -80,7 +86,7 @@ def check_groups_stay_local(args: Any) -> None:
 
 def _warn_batch_statistics(algorithm: Algorithm, args: Any) -> None:
     batch_stats = algorithm in (Algorithm.REINFORCE_PP, Algorithm.REINFORCE_PP_BASELINE) or (
-        algorithm is Algorithm.GRPO and str(args.scale_rewards) == "batch"
+        algorithm is Algorithm.GRPO and ScaleRewards(str(args.scale_rewards)) is ScaleRewards.BATCH
     )
     if batch_stats and args.world_size > 1:
         warnings.warn(
@@ -257,7 +263,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             gamma=self.turn_gamma,
             kl_coef=self.kl_coef,
             kl=kl,
-            scale=str(self.scale_rewards),
+            scale=ScaleRewards(str(self.scale_rewards)),
         )
         return output
 

@@ -1,52 +1,58 @@
-"""TRL/transformers training arguments: the device, precision and logger settings every trainer shares."""
+"""Our settings as TRL's arguments: :func:`grpo_args` (a ``GRPOConfig`` from :class:`RLConfig`), micro-batches,
+and :data:`TRL_READS`, the settings the TRL trainers read.
+
+The mapping from our RL and rollout settings to TRL's ``GRPOConfig`` fields
+is written here once; the pipeline hands the settings over as they are.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trl import GRPOConfig, SFTConfig
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
+from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, VLLMMode, device_args
+from agent_trainers.policies.loader import Device
+from agent_trainers.rollout.config import RolloutConfig
 
-from agent_trainers.policies.loader import Device, resolve_device
+if TYPE_CHECKING:
+    from trl import GRPOConfig
 
-__all__ = ["ReportTo", "device_args", "make_grpo_config", "make_sft_config", "micro_batch_args"]
+__all__ = ["TRL_READS", "grpo_args", "make_grpo_config", "micro_batch_args", "trl_reads", "vllm_args"]
+
+TRL_READS = Reads(
+    "the TRL algorithms",
+    frozenset(
+        {
+            "rl.steps",
+            "rl.num_generations",
+            "rl.prompts_per_step",
+            "rl.micro_batch",
+            "rl.gradient_checkpointing",
+            "rl.learning_rate",
+            "rl.beta",
+            "rl.loss_type",
+            "rl.advantage",
+            "rl.gamma",
+            "rl.loss_mask",
+            "rl.save_steps",
+            "rl.vllm",
+            "rl.vllm_server_url",
+            "report_to",
+        }
+    ),
+    {
+        "rl.advantage_mask": "it switches GAE, which only ppo runs; the others have no per-token values",
+        "rl.scale_rewards": "only grpo scales by a standard deviation",
+    },
+)
+"""What :func:`grpo_args` and :class:`~agent_trainers.algorithms.trl_adapter.grpo.AgentGRPOTrainer` read;
+each estimator adds its own (:attr:`~agent_trainers.algorithms.shared.advantages.Estimator.reads`)."""
 
 
-class ReportTo(StrEnum):
-    """Where training curves go (besides ``metrics.jsonl``)."""
-
-    NONE = "none"
-    """Nowhere else."""
-    TENSORBOARD = "tensorboard"
-    """TensorBoard event files under ``<trainer output_dir>/runs/`` (offline; the ``train`` extra has it)."""
-    WANDB = "wandb"
-    """Weights & Biases (``pip install wandb``; it needs an account or ``WANDB_MODE=offline``)."""
-
-
-def device_args(
-    device: Device | str = Device.AUTO, bf16: bool | None = None, report_to: ReportTo | str = ReportTo.NONE
-) -> dict[str, Any]:
-    """``TrainingArguments`` fields for a device, a precision and a logger.
-
-    Args:
-        device: ``auto`` (a GPU when present), ``cpu`` or ``cuda``.
-        bf16: bf16 autocast; ``None`` turns it on where the device supports it (a CUDA GPU with bf16).
-        report_to: A :class:`ReportTo` value.
-
-    Raises:
-        ValueError: ``cuda`` without a GPU, or a logger whose package is missing.
-    """
-    import torch
-
-    where = resolve_device(device)
-    logger = ReportTo(report_to)
-    if logger is not ReportTo.NONE and importlib.util.find_spec(logger.value) is None:
-        extra = "pip install 'agent-r1-gym[train]'" if logger is ReportTo.TENSORBOARD else "pip install wandb"
-        raise ValueError(f"report_to: {logger.value} is not installed ({extra})")
-    if bf16 is None:
-        bf16 = where.type == "cuda" and torch.cuda.is_bf16_supported()
-    return {"use_cpu": where.type == "cpu", "bf16": bool(bf16), "report_to": logger.value}
+def trl_reads(algorithm: Algorithm | str) -> Reads:
+    """The settings the TRL trainer reads with ``algorithm``'s estimator."""
+    reads = TRL_READS.settings | ESTIMATORS[str(algorithm)].reads
+    return Reads(str(algorithm), reads, {k: v for k, v in TRL_READS.instead.items() if k not in reads})
 
 
 def micro_batch_args(rollouts_per_step: int, micro_batch: int = 1) -> dict[str, int]:
@@ -78,6 +84,51 @@ def micro_batch_args(rollouts_per_step: int, micro_batch: int = 1) -> dict[str, 
     }
 
 
+def vllm_args(rl: RLConfig) -> dict[str, Any]:
+    """``GRPOConfig`` fields for ``rl.vllm`` (nothing for ``none``)."""
+    if rl.vllm is VLLMMode.NONE:
+        return {}
+    return {"use_vllm": True, "vllm_mode": rl.vllm.value, "vllm_server_base_url": rl.vllm_server_url}
+
+
+def grpo_args(
+    rl: RLConfig,
+    rollout: RolloutConfig,
+    *,
+    output_dir: str,
+    seed: int = 0,
+    device: Device | str = Device.AUTO,
+    bf16: bool | None = None,
+    report_to: ReportTo | str = ReportTo.NONE,
+) -> GRPOConfig:
+    """The ``GRPOConfig`` of an RL stage: our RL and rollout settings as TRL's fields (one generation per step).
+
+    Raises:
+        ValueError: ``rl.micro_batch`` does not divide the episodes per step (or a bad device / logger).
+    """
+    return make_grpo_config(
+        device=device,
+        bf16=bf16,
+        report_to=report_to,
+        output_dir=output_dir,
+        max_steps=rl.steps,
+        **micro_batch_args(rl.episodes_per_step, rl.micro_batch),
+        gradient_checkpointing=rl.gradient_checkpointing,
+        num_generations=rl.num_generations,
+        learning_rate=rl.learning_rate,
+        beta=rl.beta,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        loss_type=rl.loss_type.value,
+        scale_rewards=rl.scale_rewards.value,
+        save_strategy="steps",
+        save_steps=rl.save_steps,
+        seed=seed,
+        max_completion_length=rollout.max_total_tokens,
+        **vllm_args(rl),
+    )
+
+
 def make_grpo_config(
     *,
     device: Device | str = Device.AUTO,
@@ -90,6 +141,8 @@ def make_grpo_config(
     Defaults: no checkpoints unless asked, no truncated-completion masking (our
     episodes end on their own terms), ``beta = 0`` (no reference model), log every step.
     """
+    from trl import GRPOConfig
+
     defaults: dict[str, Any] = {
         "logging_steps": 1,
         "save_strategy": "no",
@@ -99,15 +152,3 @@ def make_grpo_config(
         "gradient_checkpointing": False,
     }
     return GRPOConfig(**(defaults | device_args(device, bf16, report_to) | overrides))
-
-
-def make_sft_config(
-    *,
-    device: Device | str = Device.AUTO,
-    bf16: bool | None = None,
-    report_to: ReportTo | str = "none",
-    **overrides: Any,
-) -> SFTConfig:
-    """An ``SFTConfig`` with the same device, precision and logger rules (override any field)."""
-    defaults: dict[str, Any] = {"logging_steps": 1, "save_strategy": "no"}
-    return SFTConfig(**(defaults | device_args(device, bf16, report_to) | overrides))

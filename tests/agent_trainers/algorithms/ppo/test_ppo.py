@@ -9,8 +9,9 @@ import dataclasses
 import pytest
 import torch
 
+from agent_trainers.algorithms import PPOConfig, RLConfig
 from agent_trainers.algorithms.ppo import PPOTrainer
-from agent_trainers.algorithms.ppo.config import PPOArgs
+from agent_trainers.algorithms.ppo.config import check_ppo_settings
 from agent_trainers.algorithms.ppo.core import masked_gae, masked_whiten
 from agent_trainers.algorithms.shared.tensors import discounted_returns
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
@@ -26,8 +27,15 @@ def make_trainer(tmp_path, factory=scripted, **overrides):
     rollout = EnvRolloutFunc(
         rows, config=RolloutConfig(max_new_tokens_per_turn=8, max_total_tokens=1024), policy_factory=factory
     )
-    settings = {"steps": 2, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-3, "device": "cpu"}
-    return PPOTrainer(model, tok, rollout, PPOArgs(**(settings | overrides)), output_dir=tmp_path)
+    return PPOTrainer(model, tok, rollout, *settings(**overrides), output_dir=tmp_path, device="cpu")
+
+
+def settings(**overrides):
+    """The shared RL settings and PPO's own, from one set of keywords (``beta`` is the KL coefficient)."""
+    shared = {"steps": 2, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-3}
+    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    rl = shared | {k: v for k, v in overrides.items() if k not in fields}
+    return RLConfig(**rl), PPOConfig(**{k: v for k, v in overrides.items() if k in fields})
 
 
 def play(trainer, tasks=(0, 1)):
@@ -124,7 +132,7 @@ def test_gradient_accumulation_over_micro_batches_equals_one_big_batch(tmp_path,
 
 def test_kl_goes_into_the_reward_or_into_the_loss(tmp_path, one_thread, episodes):
     for placement in ("reward", "loss"):
-        trainer = make_trainer(tmp_path / placement, norm_adv=False, kl_coef=0.5, kl_penalty=placement)
+        trainer = make_trainer(tmp_path / placement, norm_adv=False, beta=0.5, kl_penalty=placement)
         assert (tmp_path / placement / "reference" / "config.json").is_file()
         with torch.no_grad():
             trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
@@ -138,7 +146,7 @@ def test_kl_goes_into_the_reward_or_into_the_loss(tmp_path, one_thread, episodes
         stats = trainer.update(batch)
         assert ("kl_loss" in stats) == (placement == "loss")
     # GAE over every token: the KL penalty sits on agent tokens only, env tokens keep their (zero) reward
-    trainer = make_trainer(tmp_path / "every", norm_adv=False, kl_coef=0.5, advantage_mask=False, loss_mask=False)
+    trainer = make_trainer(tmp_path / "every", norm_adv=False, beta=0.5, advantage_mask=False, loss_mask=False)
     with torch.no_grad():
         trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
     batch = trainer.prepare(episodes)
@@ -174,11 +182,11 @@ def test_real_steps_log_metrics_and_checkpoint(tmp_path, one_thread):
 
 def test_bad_settings_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="num_minibatches must be <="):
-        PPOArgs(num_generations=2, prompts_per_step=1, num_minibatches=3)
+        check_ppo_settings(*settings(num_generations=2, prompts_per_step=1, num_minibatches=3), RolloutConfig())
     model, tok = tiny_random_model(seed=0)
     rollout = EnvRolloutFunc(grpo_dataset_rows(ENV_ID, [0]), config=RolloutConfig(temperature=0.0))
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        PPOTrainer(model, tok, rollout, PPOArgs(), output_dir=tmp_path)
+        PPOTrainer(model, tok, rollout, RLConfig(), output_dir=tmp_path)
 
 
 @pytest.mark.parametrize("switch", ["loss_mask", "advantage_mask"])
@@ -186,7 +194,7 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
     """One micro-batch's loss, term by term: the three token counts differ (policy, value and agent tokens), the
     rollout-time log-probs and values are shifted so that both clips bite, and the KL sits in the loss."""
     trainer = make_trainer(
-        tmp_path, norm_adv=False, kl_coef=0.5, kl_penalty="loss", ent_coef=0.01, vf_coef=0.7, **{switch: False}
+        tmp_path, norm_adv=False, beta=0.5, kl_penalty="loss", ent_coef=0.01, vf_coef=0.7, **{switch: False}
     )
     with torch.no_grad():
         trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
@@ -238,7 +246,7 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
     )
     assert (clipped & wide).any()
     # no entropy bonus: no entropy computed or logged; no value clipping: the plain squared error
-    trainer.args = dataclasses.replace(trainer.args, ent_coef=0.0, clip_vloss=False)
+    trainer.ppo = dataclasses.replace(trainer.ppo, ent_coef=0.0, clip_vloss=False)
     with torch.no_grad():
         loss, parts = trainer._micro_loss(batch, rows, tokens)
     plain = float((0.5 * (values - batch.returns) ** 2 * val).sum()) / n_val
@@ -262,4 +270,4 @@ def test_critic_warmup_trains_the_critic_alone_then_the_policy(tmp_path, one_thr
     trainer.step()  # step 2: the policy trains too
     assert any(not torch.equal(a, b) for a, b in zip(policy, agent.policy.parameters(), strict=True))
     with pytest.raises(ValueError, match=r"critic_warmup_steps must be < the RL steps \(got 2 and 2\)"):
-        PPOArgs(steps=2, critic_warmup_steps=2)
+        check_ppo_settings(*settings(steps=2, critic_warmup_steps=2), RolloutConfig())
