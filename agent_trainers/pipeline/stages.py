@@ -144,8 +144,7 @@ def train_tasks(config: TrainConfig) -> list[int]:
 # --------------------------------------------------------------------- SFT
 def run_sft_stage(state: RunState) -> None:
     """Cold-start SFT on oracle episodes, or reload a finished one when resuming."""
-    from agent_trainers.algorithms.sft import oracle_episodes, run_sft
-    from agent_trainers.algorithms.trl_adapter.trl_args import make_sft_config
+    from agent_trainers.algorithms.sft import make_sft_config, oracle_episodes, run_sft
 
     c, sft_dir = state.config, state.out / "sft"
     if state.resume and (sft_dir / "DONE").is_file():
@@ -262,11 +261,11 @@ def run_ppo_stage(state: RunState) -> None:
     """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
     from agent_trainers.algorithms.ppo import PPOTrainer
     from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
-    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
+    from agent_trainers.algorithms.shared.rollouts import EnvRollouts, grpo_dataset_rows
 
     c = state.config
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
-    rollout_fn = EnvRolloutFunc(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
+    rollout_fn = EnvRollouts(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
     trainer = PPOTrainer(
         state.model,
         state.tokenizer,

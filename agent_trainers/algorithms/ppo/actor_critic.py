@@ -13,12 +13,11 @@ Positions: the value of completion token ``t`` is read from the same hidden
 state as its log-prob - the state *before* the token is generated - so
 ``V[t] = V(s_t)``, the state in which action ``a_t`` is taken.
 
-Memory: logits are computed only at completion tokens, ``chunk`` tokens at a
-time (``log_softmax`` in float32, then the sampled token's entry is kept). In
-training each chunk is wrapped in :func:`torch.utils.checkpoint.checkpoint`,
-so its logits are recomputed in the backward pass instead of being stored:
-the batch's ``tokens x vocabulary`` logits are never materialised, only one
-``chunk x vocabulary`` block at a time.
+Memory: logits are computed only at the scored completion tokens, ``chunk``
+tokens at a time, by the log-prob engine every trainer shares
+(:func:`~agent_trainers.algorithms.shared.logprobs.chunked_logprobs`): the
+batch's ``tokens x vocabulary`` logits are never materialised, only one
+``chunk x vocabulary`` block at a time, recomputed in the backward pass.
 
 Example:
     >>> model, tok = load_model("tiny-random")  # doctest: +SKIP
@@ -36,11 +35,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from agent_trainers.algorithms.ppo.config import CriticKind
+from agent_trainers.algorithms.shared.logprobs import completion_states, logit_transform, project_scored
 
-__all__ = ["ActorCritic", "CriticKind", "SequenceBatch", "chunked_logprobs", "pack_sequences", "policy_scores"]
+__all__ = ["ActorCritic", "CriticKind", "SequenceBatch", "pack_sequences", "policy_scores"]
 
 
 @dataclass
@@ -110,49 +109,6 @@ def pack_sequences(
     return SequenceBatch(ids.to(device), attn.to(device), positions.to(device), p_w, valid.to(device))
 
 
-def _chunk_scores(
-    hidden: torch.Tensor, targets: torch.Tensor, lm_head: nn.Module, temperature: float, entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = lm_head(hidden).float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else torch.zeros_like(logp)
-    return logp, ent
-
-
-def chunked_logprobs(
-    hidden: torch.Tensor,
-    targets: torch.Tensor,
-    lm_head: nn.Module,
-    *,
-    temperature: float,
-    chunk: int,
-    entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs (and entropies) of ``targets`` from ``(N, H)`` hidden states, ``chunk`` rows of logits at a time.
-
-    With gradients enabled each chunk is checkpointed (recomputed in backward),
-    so at most one ``chunk x vocabulary`` block of logits is alive.
-
-    Returns:
-        ``(logprobs, entropies)``, each ``(N,)`` (entropies are 0 unless ``entropy``).
-    """
-    if chunk < 1:
-        raise ValueError(f"chunk must be >= 1 (got {chunk})")
-    grad = torch.is_grad_enabled() and hidden.requires_grad
-    parts = []
-    for s in range(0, hidden.shape[0], chunk):
-        h, y = hidden[s : s + chunk], targets[s : s + chunk]
-        if grad:
-            parts.append(checkpoint(_chunk_scores, h, y, lm_head, temperature, entropy, use_reentrant=False))
-        else:
-            parts.append(_chunk_scores(h, y, lm_head, temperature, entropy))
-    if not parts:
-        empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-
-
 def policy_scores(
     policy: nn.Module,
     inputs: dict[str, torch.Tensor],
@@ -178,30 +134,23 @@ def policy_scores(
         ``(logprobs, entropies or None, hidden)``: ``(B, T)`` tensors (0 outside
         ``valid``) and the ``(B, T, H)`` hidden states before every completion token.
     """
-    width = valid.shape[1]
-    hidden = policy.base_model(**inputs, use_cache=False).last_hidden_state
-    before = hidden[:, prompt_width - 1 : prompt_width - 1 + width]  # the state before each completion token
-    targets = inputs["input_ids"][:, prompt_width : prompt_width + width]
-    lp, ent = chunked_logprobs(
-        before[valid],
-        targets[valid],
-        policy.get_output_embeddings(),
-        temperature=temperature,
-        chunk=chunk,
-        entropy=entropy,
+    ids, width = inputs["input_ids"], valid.shape[1]
+    completion = ids.shape[1] - prompt_width
+    states = completion_states(policy, ids, inputs["attention_mask"], completion, inputs["position_ids"])
+    before = states[:, :width]  # the state before each completion token
+    targets = ids[:, prompt_width : prompt_width + width]
+    logprobs, entropies = project_scored(
+        policy, before, targets, valid, temperature=temperature, compute_entropy=entropy, chunk=chunk
     )
-    logprobs = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device).masked_scatter(valid, lp)
-    entropies = torch.zeros_like(logprobs).masked_scatter(valid, ent) if entropy else None
     return logprobs, entropies, before
 
 
 def _check_plain_lm_head(model: nn.Module) -> None:
-    config = getattr(model, "config", None)
-    for name in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
-        if getattr(config, name, None) not in (None, 1.0):
-            raise ValueError(
-                f"{type(model).__name__} transforms its logits ({name}); PPO's chunked scoring assumes a plain lm_head"
-            )
+    name = logit_transform(model)
+    if name is not None:
+        raise ValueError(
+            f"{type(model).__name__} transforms its logits ({name}); PPO's chunked scoring assumes a plain lm_head"
+        )
 
 
 class ActorCritic(nn.Module):

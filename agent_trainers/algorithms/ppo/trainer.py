@@ -3,7 +3,7 @@
 One step (:meth:`PPOTrainer.step`) is the algorithm:
 
 1. **Rollout**: play ``G`` episodes of each of the step's tasks with the
-   current policy (:class:`~agent_trainers.algorithms.EnvRolloutFunc`, the same
+   current policy (:class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts`, the same
    engine and seeds as every algorithm).
 2. **Tensors**: each turn's env reward (process terms, and the outcome at the
    end) sits on the last agent token of its turn; masks tell agent tokens from
@@ -38,7 +38,6 @@ pipeline's callbacks work for PPO and the TRL path alike.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import time
 from collections import defaultdict
@@ -64,9 +63,10 @@ from agent_trainers.algorithms.ppo.core import (
     masked_whiten,
 )
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback, load_rollout_state
+from agent_trainers.algorithms.shared.logprobs import freeze, frozen_copy
+from agent_trainers.algorithms.shared.rollouts import EnvRollouts, episode_metrics
 from agent_trainers.algorithms.shared.settings import RLConfig, bf16_enabled
 from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
-from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, episode_metrics
 from agent_trainers.policies.loader import Device, load_model, resolve_device
 from agent_trainers.rollout.types import Trajectory
 
@@ -110,13 +110,6 @@ class _CallbackArgs:
     output_dir: str
 
 
-def _frozen(model: torch.nn.Module) -> torch.nn.Module:
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
-
-
 class PPOTrainer:
     """PPO with a critic on our rollouts.
 
@@ -139,7 +132,7 @@ class PPOTrainer:
 
     Example:
         >>> rl = RLConfig(steps=2, num_generations=2)
-        >>> trainer = PPOTrainer(model, tok, EnvRolloutFunc(rows), rl, output_dir="runs/ppo")  # doctest: +SKIP
+        >>> trainer = PPOTrainer(model, tok, EnvRollouts(rows), rl, output_dir="runs/ppo")  # doctest: +SKIP
         >>> trainer.train()  # doctest: +SKIP
     """
 
@@ -147,7 +140,7 @@ class PPOTrainer:
         self,
         model: Any,
         tokenizer: Any,
-        rollout: EnvRolloutFunc,
+        rollout: EnvRollouts,
         rl: RLConfig,
         ppo: PPOConfig | None = None,
         *,
@@ -197,10 +190,10 @@ class PPOTrainer:
         folder = self.output_dir / "reference"
         if (folder / "config.json").is_file():
             ref = type(model).from_pretrained(folder, dtype=model.dtype, local_files_only=True)
-            return _frozen(ref.to(model.device))
+            return freeze(ref.to(model.device))
         if self.accelerator.is_main_process:
             model.save_pretrained(folder)
-        return _frozen(copy.deepcopy(model))
+        return frozen_copy(model)
 
     @property
     def model(self) -> Any:

@@ -1,4 +1,13 @@
-"""Log-probs of the scored completion tokens only, in vocabulary chunks: :func:`scored_token_logprobs`.
+"""The one log-prob engine of every trainer: log-probs of the scored completion tokens only, in chunks.
+
+:func:`chunked_logprobs` is the projection: the LM head over ``chunk`` hidden
+states at a time, ``log_softmax`` in float32, the target's entry kept; with
+gradients each chunk is checkpointed (recomputed in the backward pass), so at
+most one ``chunk x vocabulary`` block of logits is alive. Both trainers score
+with it: the TRL adapter through :func:`scored_token_logprobs` /
+:func:`shared_prompt_token_logprobs`, PPO through :func:`completion_states`
+and :func:`project_scored` (its critic reads the same hidden states).
+:func:`frozen_copy` makes the KL reference policy they score.
 
 TRL 1.16 scores a batch through a fused LM head (``add_fused_lm_head``) that
 never builds ``(batch, length, vocabulary)`` logits: it projects hidden states
@@ -45,34 +54,71 @@ and its completions, and its activation memory is that of checkpointing.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
-from trl.kernels import ChunkedLogProbFunction
 
 from agent_trainers.policies.kv_cache import supports_kv_reuse
 
-__all__ = ["VOCAB_CHUNK", "scored_token_logprobs", "shared_prompt_token_logprobs", "supports_scored_logprobs"]
+__all__ = [
+    "TOKEN_CHUNK",
+    "chunked_logprobs",
+    "completion_states",
+    "freeze",
+    "frozen_copy",
+    "logit_transform",
+    "project_scored",
+    "scored_token_logprobs",
+    "shared_prompt_token_logprobs",
+    "supports_scored_logprobs",
+]
 
 KV = tuple[torch.Tensor, torch.Tensor]
 """One layer's keys and values."""
 
-VOCAB_CHUNK = 32768
-"""Vocabulary entries per projection tile (TRL's chunk size)."""
+TOKEN_CHUNK = 512
+"""Hidden states per block of full-vocabulary logits (PPO's ``ppo.logit_chunk`` sets its own)."""
 
-_SCALING_FIELDS = (
-    "final_logit_softcapping",
-    "logit_scale",
-    "output_multiplier",
-    "lm_head_multiplier",
-    "logits_scaling",
-)
+_SOFTCAP_FIELDS = ("final_logit_softcapping",)
+_SCALE_FIELDS = ("logit_scale", "output_multiplier", "output_multiplier_scale", "lm_head_multiplier", "logits_scaling")
+
+
+def logit_transform(model: Any) -> str | None:
+    """The config field by which ``model``'s logits are more than a plain LM-head projection (soft-capping, or a
+    scale other than 1), or ``None``: the engine assumes a plain projection."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in _SOFTCAP_FIELDS:
+        if getattr(text, name, None) is not None:
+            return name
+    for name in _SCALE_FIELDS:
+        if getattr(text, name, None) not in (None, 1.0):
+            return name
+    return None
+
+
+def freeze(model: nn.Module) -> nn.Module:
+    """``model`` in eval mode with every parameter's gradient off (returned for chaining)."""
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A frozen deep copy of ``model``: the KL reference policy as RL starts."""
+    return freeze(copy.deepcopy(model))
 
 
 def supports_scored_logprobs(model: Any) -> bool:
@@ -80,12 +126,88 @@ def supports_scored_logprobs(model: Any) -> bool:
     if not isinstance(model, PreTrainedModel) or getattr(model, "peft_config", None):
         return False
     text = model.config.get_text_config()
-    if text is not model.config or any(getattr(text, name, None) is not None for name in _SCALING_FIELDS):
+    if text is not model.config or logit_transform(model) is not None:
         return False
     if getattr(text, "output_router_logits", False):
         return False
     head = model.get_output_embeddings()
     return head is not None and not isinstance(head.weight, DTensor)
+
+
+def _chunk_scores(
+    hidden: torch.Tensor, targets: torch.Tensor, lm_head: nn.Module, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = lm_head(hidden).float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else torch.zeros_like(logp)
+    return logp, ent
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    lm_head: nn.Module,
+    *,
+    temperature: float,
+    chunk: int = TOKEN_CHUNK,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (and entropies) of ``targets`` from ``(N, H)`` hidden states, ``chunk`` rows of logits at a time.
+
+    With gradients enabled each chunk is checkpointed (recomputed in backward),
+    so at most one ``chunk x vocabulary`` block of logits is alive.
+
+    Returns:
+        ``(logprobs, entropies)``, each ``(N,)`` float32 (entropies are 0 unless ``entropy``).
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 (got {chunk})")
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for s in range(0, hidden.shape[0], chunk) or [0]:  # no rows: one empty chunk, still attached to the graph
+        h, y = hidden[s : s + chunk], targets[s : s + chunk]
+        if grad:
+            parts.append(checkpoint(_chunk_scores, h, y, lm_head, temperature, entropy, use_reentrant=False))
+        else:
+            parts.append(_chunk_scores(h, y, lm_head, temperature, entropy))
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def completion_states(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The ``(B, C, H)`` hidden states *before* each of the last ``logits_to_keep`` tokens (one backbone pass).
+
+    The token at position ``t`` is predicted by the hidden state at ``t - 1``.
+    """
+    extra = {} if position_ids is None else {"position_ids": position_ids}
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
+    width = input_ids.shape[1]
+    return hidden.last_hidden_state[:, width - logits_to_keep - 1 : width - 1]
+
+
+def project_scored(
+    model: PreTrainedModel,
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    scored: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+    chunk: int = TOKEN_CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of ``targets`` ``(B, C)`` from ``states`` ``(B, C, H)`` where ``scored``.
+
+    Returns:
+        ``(logps, entropies)``, each ``(B, C)`` float32 and 0 where not scored (entropies None unless asked).
+    """
+    where = scored.bool()
+    return _project(model, states[where], targets[where], where, temperature, compute_entropy, chunk)
 
 
 def scored_token_logprobs(
@@ -97,6 +219,8 @@ def scored_token_logprobs(
     *,
     temperature: float = 1.0,
     compute_entropy: bool = False,
+    position_ids: torch.Tensor | None = None,
+    chunk: int = TOKEN_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of the last ``logits_to_keep`` tokens, computed where ``scored``.
 
@@ -108,17 +232,16 @@ def scored_token_logprobs(
         scored: ``(B, C)``; nonzero where a completion token's log-prob is needed.
         temperature: The logits are divided by it.
         compute_entropy: Also return the entropy of each scored position's distribution.
+        position_ids: ``(B, P + C)`` positions (default: the backbone's own, counting from 0).
+        chunk: Scored positions per block of full-vocabulary logits.
 
     Returns:
         ``(logps, entropies)``, each ``(B, C)`` and 0 where not scored (entropies None unless asked).
     """
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    width = input_ids.shape[1]
-    # the token at position t is predicted by the hidden state at t - 1
-    hidden = hidden[:, width - logits_to_keep - 1 : width - 1]
-    where = scored.bool()
-    return _project(
-        model, hidden[where], input_ids[:, width - logits_to_keep :][where], where, temperature, compute_entropy
+    states = completion_states(model, input_ids, attention_mask, logits_to_keep, position_ids)
+    targets = input_ids[:, input_ids.shape[1] - logits_to_keep :]
+    return project_scored(
+        model, states, targets, scored, temperature=temperature, compute_entropy=compute_entropy, chunk=chunk
     )
 
 
@@ -129,27 +252,23 @@ def _project(
     where: torch.Tensor,
     temperature: float,
     compute_entropy: bool,
+    chunk: int = TOKEN_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of ``targets`` from the ``(N, H)`` states before them, scattered to ``where``."""
     head = model.get_output_embeddings()
-    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
-    logps, entropy, *_ = ChunkedLogProbFunction.apply(
+    logps, entropy = chunked_logprobs(
         hidden.to(head.weight.device),
-        head.weight,
-        head.bias,
         targets.to(head.weight.device),
-        temperature,
-        VOCAB_CHUNK,
-        None,
-        1.0,
-        outputs,
+        head,
+        temperature=temperature,
+        chunk=chunk,
+        entropy=compute_entropy,
     )
     mask = where.to(logps.device)
     # masked_scatter keeps the result attached to the graph even when nothing is scored
     logps = logps.new_zeros(mask.shape).masked_scatter(mask, logps)
-    if entropy is not None:
-        entropy = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy)
-    return logps, entropy
+    entropies = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy) if compute_entropy else None
+    return logps, entropies
 
 
 def shared_prompt_token_logprobs(

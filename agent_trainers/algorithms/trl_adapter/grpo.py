@@ -33,8 +33,8 @@ batch``) are taken over each process's batch, not the global one (a warning says
 Memory and time: the loss scores log-probs with
 :func:`~agent_trainers.algorithms.shared.logprobs.shared_prompt_token_logprobs` (each
 distinct prompt of the micro-batch run once, each completion up to its last
-model token on top of it, the LM head in vocabulary chunks over the model's own
-tokens only) where the model allows it, else with TRL's fused LM head;
+model token on top of it, the LM head in chunks over the model's own
+tokens only: the log-prob engine PPO uses too) where the model allows it, else with TRL's fused LM head;
 full-vocabulary logits are never built for the batch. A micro-batch of a whole
 group (``micro_batch = G``) runs its shared prompt once. Train in micro-batches with
 TRL's own knobs (``per_device_train_batch_size`` below the group,
@@ -62,7 +62,11 @@ from agent_trainers.algorithms.shared.advantages import (
     compute_advantages,
 )
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback
-from agent_trainers.algorithms.shared.logprobs import shared_prompt_token_logprobs, supports_scored_logprobs
+from agent_trainers.algorithms.shared.logprobs import (
+    frozen_copy,
+    shared_prompt_token_logprobs,
+    supports_scored_logprobs,
+)
 from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
 
@@ -108,14 +112,6 @@ class EpochSeededRepeatSampler(RepeatSampler):
         """Reseed the shuffle for ``epoch`` (nothing to do without shuffling or a seed)."""
         if self.shuffle and self.seed is not None:
             self.generator.manual_seed(int(self.seed) * 1_000_003 + int(epoch))
-
-
-def _frozen_copy(model: Any) -> Any:
-    ref = copy.deepcopy(model)
-    ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    return ref
 
 
 def _snapshot_reference(model: Any, output_dir: str) -> None:
@@ -176,7 +172,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         check_groups_stay_local(args)
         _warn_batch_statistics(self.algorithm, args)
         self.kl_coef = float(args.beta) if estimator.kl_in_reward else 0.0
-        reference = _frozen_copy(model) if self.kl_coef else None
+        reference = frozen_copy(model) if self.kl_coef else None
         if self.kl_coef:
             args = copy.copy(args)
             args.beta = 0.0  # the KL goes into the reward, not into TRL's loss

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, chunked_logprobs, pack_sequences
+from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, pack_sequences
+from agent_trainers.algorithms.shared.logprobs import chunked_logprobs
 from agent_trainers.policies import SamplingParams, TransformersPolicy, tiny_random_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11]]

@@ -5,8 +5,7 @@ import copy
 import gymnasium as gym
 import pytest
 
-from agent_trainers.algorithms.sft import oracle_episodes, run_sft, tokenize_episode
-from agent_trainers.algorithms.trl_adapter.trl_args import make_sft_config
+from agent_trainers.algorithms.sft import make_sft_config, oracle_episodes, run_sft, tokenize_episode
 from agent_trainers.policies import ScriptedPolicy, tiny_random_model
 from agent_trainers.rollout import TemplateDriftError, rollout
 from tests.conftest import LookupEnv
