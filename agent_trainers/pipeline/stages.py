@@ -30,13 +30,12 @@ import torch
 from transformers import TrainerCallback
 
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
-from agent_trainers.evaluation.evaluate import EvalResult, summarize
+from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
-from agent_trainers.rollout.export import trajectory_from_dict
 
 __all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "rl_step_line", "train_tasks"]
 
@@ -75,17 +74,18 @@ class RunState:
     tokenizer: Any
     log: MetricsLog
     resume: bool = False
-    evals: list[tuple[str, EvalResult]] = field(default_factory=list)
+    evals: list[tuple[str, EvalSummary]] = field(default_factory=list)
     callbacks: list[TrainerCallback] = field(default_factory=list)
     sft_ran: bool = False
     rl_checkpoint: Path | None = None
 
-    def evaluate(self, phase: str, step: int, model: Any | None = None) -> EvalResult:
+    def evaluate(self, phase: str, step: int, model: Any | None = None) -> EvalSummary:
         """Evaluate ``model`` (default: the current one) on the held-aside tasks and log it.
 
         Every question's record goes to ``eval/<phase>/`` (an :mod:`agent_trainers.evaluation`
         folder: episodes, summary with bootstrap intervals, CSV, Markdown), so the phases can
         be compared question by question (``agent-r1 report``, the demo's paired comparisons).
+        That folder's summary is the one returned and logged (every present metric's mean).
         """
         from agent_trainers.evaluation import EvalSpec, Method, run_eval
 
@@ -108,10 +108,10 @@ class RunState:
         with _own_rng():
             run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)
         model.train(was_training)
-        result = summarize([trajectory_from_dict(r.trajectory) for r in run.records])
-        self.evals.append((phase, result))
-        self.log.write({"stage": "eval", "phase": phase, "step": step, **result.as_dict()})
-        return result
+        summary = EvalSummary.from_json(run.summary)
+        self.evals.append((phase, summary))
+        self.log.write({"stage": "eval", "phase": phase, "step": step, "episodes": summary.episodes, **summary.means()})
+        return summary
 
 
 def phase_label(phase: str, config: TrainConfig) -> str:

@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 from agent_gym.envs import _STOP_REASON
-from agent_trainers.evaluation.evaluate import MissingMetricError, evaluate, summarize
+from agent_trainers.evaluation import EvalSummary, MissingMetricError, evaluate
 from agent_trainers.policies import ScriptedPolicy
 from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.conftest import LookupEnv
@@ -37,5 +37,5 @@ def test_a_renamed_metric_fails_loudly(smollm2_tokenizer):
     policy = ScriptedPolicy(smollm2_tokenizer, ["<answer>Paris</answer>"])
     with pytest.raises(MissingMetricError, match=r"lack 'answer_em' \(it reported \['answer_exact', 'answer_f1'"):
         evaluate(policy, "Test/RenamedMetric-v0", [0])
-    with pytest.raises(ValueError, match="at least one trajectory"):
-        summarize([])
+    with pytest.raises(ValueError, match="at least one record"):
+        EvalSummary.from_records([])
