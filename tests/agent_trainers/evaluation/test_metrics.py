@@ -69,7 +69,8 @@ def test_the_summary_round_trips_and_reads_metrics_as_attributes():
         _ = summary.acc
 
 
-def test_the_console_table_reads_the_table(capsys):
+def test_the_console_table_reads_the_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row: no title wrapped
     summary = EvalSummary.from_records([make(0, em=1.0, f1=0.5)], resamples=100)
     absent = EvalSummary(1, {k: v for k, v in summary.metrics.items() if k != "em"})
     print_table([("final", summary), ("other env", absent)], title="t")
