@@ -1,20 +1,17 @@
-"""RL algorithms over rollouts (the layer above :mod:`agent_trainers.rollout`).
+"""RL algorithms over rollouts (the layer above :mod:`agent_trainers.rollout`), in four rooms.
 
-* :mod:`.tensors` - trajectories -> per-token rewards, masks, turn indices;
-* :mod:`.advantages` - the estimator registry (:class:`Algorithm`: ``grpo``,
-  ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``; :class:`AdvantageMode`);
-* :mod:`.rollout_func` - our engine as TRL's ``rollout_func`` (:class:`EnvRolloutFunc`), :func:`env_reward`;
-* :mod:`.grpo` - :class:`AgentGRPOTrainer`: TRL's ``GRPOTrainer`` with advantages from the registry;
-* :mod:`.checkpoints` - exact resume (rollout state in checkpoints, last complete checkpoint);
-* :mod:`.trl_args` - device / precision / logger arguments (:func:`make_grpo_config`, :func:`make_sft_config`),
-  micro-batches (:func:`micro_batch_args`);
-* :mod:`.logprobs` - log-probs of the loss-mask tokens only, in vocabulary chunks (:func:`scored_token_logprobs`);
-* :mod:`.sft` - cold-start SFT on oracle trajectories;
-* :mod:`.env_factory` - a TRL ``environment_factory`` from an env id;
-* :mod:`.evaluate` - evaluation on held-aside tasks.
+* :mod:`.shared` - what every algorithm shares: the RL settings (:class:`RLConfig` and its enums),
+  trajectories -> tensors, the advantage estimator registry (:class:`Algorithm`, :class:`AdvantageMode`;
+  outcome- and turn-level, and where step-level estimators go), the one chunked log-prob engine,
+  the training rollouts (:class:`EnvRollouts`), exact resume;
+* :mod:`.trl_adapter` - TRL's ``GRPOTrainer`` with our rollouts and advantages (:class:`AgentGRPOTrainer`,
+  :class:`EnvRolloutFunc`, :func:`env_reward`, :func:`make_grpo_config`), vLLM, ``environment_factory``;
+* :mod:`.ppo` - our PPO (:class:`PPOTrainer`, :class:`PPOConfig`);
+* :mod:`.sft` - cold-start SFT on oracle trajectories.
 
-Names are imported lazily, so ``from agent_trainers.algorithms import Algorithm``
-does not import TRL.
+``shared`` imports no room; the other rooms import ``shared`` only (``tests/agent_trainers/test_layers.py``).
+Evaluation lives beside this package (:mod:`agent_trainers.evaluation`). Names are imported lazily, so
+``from agent_trainers.algorithms import Algorithm`` does not import TRL.
 """
 
 from __future__ import annotations
