@@ -6,7 +6,7 @@ Protocol - every algorithm gets the same start, tasks, seeds and budget:
    behaviour-cloned on demonstrations that answer in the env's format with a
    *uniformly random* arm, so it learns to answer, not which arm pays (one arm
    in four pays 1: a uniform chooser earns 0.25). The loss uses the library's
-   chunked scorer (:func:`agent_trainers.algorithms.actor_critic.policy_scores`,
+   chunked scorer (:func:`agent_trainers.algorithms.ppo.actor_critic.policy_scores`,
    logits on answer tokens only). Saved under ``<out>/warmup``.
 2. **RL.** ``agent-r1``'s pipeline (:func:`agent_trainers.pipeline.train.run_training`)
    with one config in which only ``algorithm`` differs, each algorithm in its
@@ -112,7 +112,7 @@ def _demos(n: int, seed: int) -> list[list[dict[str, str]]]:
 
 
 def _clone_batch(rows: list[tuple[list[int], list[int]]], tok: Any) -> tuple[dict[str, Any], Any, int]:
-    from agent_trainers.algorithms.actor_critic import pack_sequences
+    from agent_trainers.algorithms.ppo.actor_critic import pack_sequences
 
     batch = pack_sequences([p for p, _ in rows], [c for _, c in rows], pad_id=tok.pad_token_id)
     inputs = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "position_ids")}
@@ -123,7 +123,7 @@ def warm_up(args: Args, bar: Any) -> Path:
     """Behaviour-clone the format onto ``tiny-random``; returns the checkpoint folder."""
     import torch
 
-    from agent_trainers.algorithms.actor_critic import policy_scores
+    from agent_trainers.algorithms.ppo.actor_critic import policy_scores
     from agent_trainers.algorithms.sft import tokenize_episode
     from agent_trainers.policies import load_model
 

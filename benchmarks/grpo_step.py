@@ -24,7 +24,7 @@ step and tokens/s are reported next to seconds per step.
   of ``micro_batch`` rollouts (default the whole group; TRL's own gradient accumulation:
   ``per_device_train_batch_size = micro_batch``, ``gradient_accumulation_steps =
   steps_per_generation = G / micro_batch``), log-probs by
-  :func:`~agent_trainers.algorithms.logprobs.shared_prompt_token_logprobs` (the
+  :func:`~agent_trainers.algorithms.shared.logprobs.shared_prompt_token_logprobs` (the
   group's prompt run once, each completion up to its last model token, the LM head
   on model tokens only; TRL scores with its fused, chunked LM head, so
   full-vocabulary logits are never built in either path);
@@ -167,8 +167,8 @@ def _count_tokens(timers: Timers, trainer_cls: Any) -> None:
 def _instrument(timers: Timers, path: str) -> None:
     from trl import GRPOTrainer
 
-    from agent_trainers.algorithms.env_factory import TRLEnvironment
-    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
+    from agent_trainers.algorithms.trl_adapter.env_factory import TRLEnvironment
+    from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
     from agent_trainers.policies import TransformersPolicy
     from agent_trainers.rollout import engine
 
@@ -212,7 +212,7 @@ def _step_recorder(timers: Timers) -> Any:
 
 def _batch_args(args: Args) -> dict[str, Any]:
     """TRL's batch layout: the whole group in one forward (``layout`` 0) or micro-batches of ``layout`` rollouts."""
-    from agent_trainers.algorithms.trl_args import micro_batch_args
+    from agent_trainers.algorithms.trl_adapter.trl_args import micro_batch_args
 
     g = args.num_generations
     return {**micro_batch_args(g, args.layout or g), "num_generations": g}
@@ -220,7 +220,7 @@ def _batch_args(args: Args) -> dict[str, Any]:
 
 def _budgeted_rollout_func(rows: list[dict[str, Any]], tok: Any, args: Args) -> Any:
     """Our rollout function with ``max_total_tokens`` = each task's prompt length + the completion budget."""
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
     from agent_trainers.rollout import ChatTokenizer, RolloutConfig
 
     chat = ChatTokenizer(tok)
@@ -242,10 +242,10 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from agent_trainers.algorithms.env_factory import make_environment_factory, trl_dataset_rows
-    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-    from agent_trainers.algorithms.rollout_func import env_reward, grpo_dataset_rows
-    from agent_trainers.algorithms.trl_args import make_grpo_config
+    from agent_trainers.algorithms.trl_adapter.env_factory import make_environment_factory, trl_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+    from agent_trainers.algorithms.trl_adapter.rollout_func import env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 
     tasks = list(range(args.warmup + args.steps))
     cfg = make_grpo_config(

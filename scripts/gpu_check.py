@@ -165,7 +165,7 @@ def rollout_row(args: Args, model: Any, tok: Any, device: torch.device) -> dict[
 
 def _timed_rollout_func(rows: list[dict[str, Any]], args: Args, **kwargs: Any) -> Any:
     """An :class:`EnvRolloutFunc` that adds up the time spent playing (``.play_s``)."""
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
 
     class Timed(EnvRolloutFunc):
         play_s = 0.0
@@ -219,16 +219,16 @@ def ppo_available() -> bool:
 
 def ppo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -> dict[str, Any]:
     """One step of our PPO trainer (rollout, scoring, GAE, one epoch of updates) on the same batch size."""
+    from agent_trainers.algorithms import PPOConfig, RLConfig
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.ppo_config import PPOArgs
-    from agent_trainers.algorithms.rollout_func import grpo_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.rollout_func import grpo_dataset_rows
 
     rows = grpo_dataset_rows(ENV_ID, range(args.episodes // args.group))
     fn = _timed_rollout_func(rows, args)
-    ppo_args = PPOArgs(steps=1, num_generations=args.group, prompts_per_step=args.episodes // args.group,
-                       device=device.type, learning_rate=1e-6, update_epochs=1, num_minibatches=1,
-                       micro_batch_size=min(args.episodes, 4), save_steps=1, seed=args.seed)  # fmt: skip
-    trainer = PPOTrainer(model, tok, fn, ppo_args, output_dir=out / "ppo")
+    rl = RLConfig(steps=1, num_generations=args.group, prompts_per_step=args.episodes // args.group,
+                  learning_rate=1e-6, save_steps=1)  # fmt: skip
+    ppo = PPOConfig(update_epochs=1, num_minibatches=1, micro_batch_size=min(args.episodes, 4))
+    trainer = PPOTrainer(model, tok, fn, rl, ppo, output_dir=out / "ppo", seed=args.seed, device=device.type)
     with Peak(device) as peak:
         start = time.perf_counter()
         trainer.step()  # rollout, scoring, GAE, update; train() would also write a checkpoint

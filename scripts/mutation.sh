@@ -38,8 +38,8 @@ declare -A PATTERNS=(
          agent_gym.tools.calculator.* agent_gym.core.noise.* agent_gym.testing.*"
   # whole modules: the estimators, the tensors, PPO's pure functions; of the tokeniser, the engine and the
   # trainers only the functions that build token ids and masks, place rewards and KL, and assemble the loss
-  [trainer]="agent_trainers.algorithms.advantages.* agent_trainers.algorithms.tensors.*
-             agent_trainers.algorithms.ppo_core.*
+  [trainer]="agent_trainers.algorithms.shared.advantages.* agent_trainers.algorithms.shared.tensors.*
+             agent_trainers.algorithms.ppo.core.*
              agent_trainers.rollout.chat.x_tokenize_chat__mutmut_*
              agent_trainers.rollout.chat.xǁChatTokenizerǁenv_text__mutmut_*
              agent_trainers.rollout.chat.xǁChatTokenizerǁenv_ids__mutmut_*
@@ -49,13 +49,13 @@ declare -A PATTERNS=(
              agent_trainers.rollout.chat.xǁChatTokenizerǁdecode__mutmut_*
              agent_trainers.rollout.engine.xǁ_Episodeǁadd_model_turn__mutmut_*
              agent_trainers.rollout.engine.xǁ_Episodeǁapply_step__mutmut_*
-             agent_trainers.algorithms.ppo.xǁPPOTrainerǁprepare__mutmut_*
-             agent_trainers.algorithms.ppo.xǁPPOTrainerǁ_batch__mutmut_*
-             agent_trainers.algorithms.ppo.xǁPPOTrainerǁ_scored__mutmut_*
-             agent_trainers.algorithms.ppo.xǁPPOTrainerǁ_micro_loss__mutmut_*
-             agent_trainers.algorithms.grpo.xǁAgentGRPOTrainerǁ_compute_loss__mutmut_*
-             agent_trainers.algorithms.grpo.xǁAgentGRPOTrainerǁ_generate_and_score_completions__mutmut_*
-             agent_trainers.algorithms.grpo.xǁAgentGRPOTrainerǁ_token_kl__mutmut_*"
+             agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁprepare__mutmut_*
+             agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁ_batch__mutmut_*
+             agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁ_scored__mutmut_*
+             agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁ_micro_loss__mutmut_*
+             agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_compute_loss__mutmut_*
+             agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_generate_and_score_completions__mutmut_*
+             agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_token_kl__mutmut_*"
 )
 
 group="${1:-gym}"

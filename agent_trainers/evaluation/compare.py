@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_trainers.evaluation.metrics import View, metric_spec, shown_in
 from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, read_records
 from agent_trainers.evaluation.records import EpisodeRecord
-from agent_trainers.evaluation.stats import RATE_METRICS, PairedComparison, paired_difference, summarize_records
+from agent_trainers.evaluation.stats import PairedComparison, paired_difference, summarize_records
 
 __all__ = [
     "COMPARE_METRICS",
@@ -30,10 +31,10 @@ __all__ = [
     "paired",
 ]
 
-COMPARE_METRICS = ("em", "f1", "substring", "answer_rate", "tool_call_rate", "evidence_recall", "format_error_rate")
-"""Columns of the comparison table."""
-STATEMENT_METRICS = ("em", "f1", "answer_rate", "tool_call_rate", "format_error_rate")
-"""Metrics a change statement looks at."""
+COMPARE_METRICS = shown_in(View.COMPARE)
+"""Columns of the comparison table (the metrics table's ``compare`` view)."""
+STATEMENT_METRICS = shown_in(View.STATEMENT)
+"""Metrics a change statement looks at (the metrics table's ``statement`` view)."""
 
 
 @dataclass
@@ -68,7 +69,7 @@ def load_run(folder: str | Path) -> Run:
 
 def _cells(run: Run, metrics: Sequence[str]) -> list[str]:
     summary = summarize_records(run.records)
-    return [summary[m].format(3 if m in RATE_METRICS else 2) if m in summary else "—" for m in metrics]
+    return [summary[m].format(metric_spec(m).digits) if m in summary else "—" for m in metrics]
 
 
 def comparison_rows(runs: Sequence[Run], metrics: Sequence[str] = COMPARE_METRICS) -> list[list[str]]:

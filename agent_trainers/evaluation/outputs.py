@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_trainers.evaluation.metrics import metric_spec
 from agent_trainers.evaluation.records import EpisodeRecord
-from agent_trainers.evaluation.stats import RATE_METRICS, Interval
+from agent_trainers.evaluation.stats import Interval
 
 __all__ = [
     "EPISODES",
@@ -129,7 +130,7 @@ class EvalFolder:
 
 
 def _cell(name: str, iv: Mapping[str, float]) -> str:
-    digits = 3 if name in RATE_METRICS else 2
+    digits = metric_spec(name).digits
     return Interval(iv["mean"], iv["low"], iv["high"], int(iv["n"])).format(digits)
 
 

@@ -7,7 +7,8 @@ keeps the episode's trajectory (for the viewer) next to the numbers.
 Absent is absent: ``evidence_recall`` is ``None`` for a task without gold
 evidence, ``format_errors`` is ``None`` where the model never wrote an env
 action itself (the baselines' harness does), and a renamed answer metric
-raises :class:`~agent_trainers.algorithms.evaluate.MissingMetricError`.
+raises :class:`MissingMetricError`. Which metrics there are, and how each is
+read from a record, is the table of :mod:`agent_trainers.evaluation.metrics`.
 """
 
 from __future__ import annotations
@@ -20,17 +21,23 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_trainers.algorithms.evaluate import MissingMetricError
+from agent_trainers.evaluation.metrics import ANSWER_METRICS, METRICS
 from agent_trainers.rollout.export import trajectory_to_dict
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["ANSWER_METRICS", "EpisodeRecord", "TaskInfo", "describe_tasks", "record_from_trajectory"]
+__all__ = ["EpisodeRecord", "MissingMetricError", "TaskInfo", "describe_tasks", "record_from_trajectory"]
 
 _TYPE_ATTRIBUTES = ("type", "kind", "template")
 """Task attributes that name a question type (QA ``type``, SQLite ``kind``, Calculator ``template``)."""
-ANSWER_METRICS = ("em", "f1", "substring")
-"""The answer scores of the QA envs; another env may report only some of them (the rest are absent)."""
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+_VALUES = {m.name: m.value for m in METRICS if m.value is not None}
+"""The per-question value of each metric that is not an answer score."""
+
+
+class MissingMetricError(KeyError):
+    """An answered episode lacks a required answer metric (renamed or dropped by the env)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +122,9 @@ class EpisodeRecord:
     def metric(self, name: str) -> float | None:
         """The per-episode value behind a summary metric (``None``: absent for this episode).
 
-        ``answer_rate``, ``tool_call_rate``, ``turns``, ``tool_calls``, ``evidence_recall``,
-        ``format_error_rate``, ``reward``, or an answer metric (``em``, ``f1``, ``substring``).
+        The metrics of :data:`~agent_trainers.evaluation.metrics.METRICS` (``answer_rate``, ``tool_call_rate``,
+        ``turns``, ``tool_calls``, ``evidence_recall``, ``format_error_rate``, ``reward``), and the answer
+        scores the env reported (``em``, ``f1``, ``substring``, ...).
 
         Raises:
             KeyError: An unknown metric name.
@@ -125,21 +133,9 @@ class EpisodeRecord:
             return self.scores[name]
         if name in ANSWER_METRICS:
             return None  # this env does not report it
-        if name == "format_error_rate":
-            if self.format_errors is None or self.model_turns == 0:
-                return None
-            return self.format_errors / self.model_turns
-        values = {
-            "answer_rate": float(self.answered),
-            "tool_call_rate": float(self.tool_calls > 0),
-            "turns": float(self.model_turns),
-            "tool_calls": float(self.tool_calls),
-            "evidence_recall": self.evidence_recall,
-            "reward": self.reward,
-        }
-        if name not in values:
+        if name not in _VALUES:
             raise KeyError(f"unknown metric {name!r} (the record has scores {sorted(self.scores)})")
-        return values[name]
+        return _VALUES[name](self)
 
 
 def _question_type(task: Any) -> str | None:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_trainers.evaluation.metrics import metric_spec
 from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, read_records
 from agent_trainers.evaluation.stats import RESAMPLES, Interval, bootstrap_average, bootstrap_mean
 
@@ -57,8 +58,13 @@ class Report:
         domain = "in-domain" if dataset in self.in_domain else "out-of-domain"
         return f"{DATASET_NAMES.get(dataset, dataset)} ({domain})"
 
-    def to_markdown(self, digits: int = 3) -> str:
-        """The table in Markdown, ``mean [low, high]`` per cell (``—`` where a row has no such evaluation)."""
+    def to_markdown(self, digits: int | None = None) -> str:
+        """The table in Markdown, ``mean [low, high]`` per cell (``—`` where a row has no such evaluation).
+
+        ``digits`` defaults to the metrics table's (three for a rate such as EM, two otherwise).
+        """
+        spec = metric_spec(self.metric)
+        digits = spec.digits if digits is None else digits
         head = ["method", *(self.title(d) for d in self.columns), "average"]
         lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
         for label, cells in self.rows.items():
@@ -66,8 +72,9 @@ class Report:
             avg = self.average[label].format(digits) if label in self.average else "—"
             lines.append("| " + " | ".join([label, *values, avg]) + " |")
         counts = ", ".join(f"{DATASET_NAMES.get(d, d)} {self._n(d)}" for d in self.columns)
+        better = "" if spec.direction == "neither" else f" ({spec.direction} is better)"
         note = (
-            f"{self.metric} on each dataset: mean [bootstrap 95% interval] over its questions ({counts}); "
+            f"{self.metric}{better} on each dataset: mean [bootstrap 95% interval] over its questions ({counts}); "
             "average = mean of the dataset means."
         )
         return "\n".join(lines) + "\n\n" + note + "\n"

@@ -24,7 +24,8 @@ import agent_gym  # noqa: F401  (registers the environment ids)
 from agent_trainers.evaluation.methods import Method, MethodSettings, play
 from agent_trainers.evaluation.outputs import EvalFolder
 from agent_trainers.evaluation.records import EpisodeRecord, TaskInfo, describe_tasks, score_names
-from agent_trainers.evaluation.stats import RESAMPLES, summarize_by_type, summarize_records
+from agent_trainers.evaluation.stats import RESAMPLES
+from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.rollout.config import RolloutConfig
 
 __all__ = ["EvalRun", "EvalSpec", "run_eval"]
@@ -122,9 +123,7 @@ def summarize(spec: EvalSpec, records: Sequence[EpisodeRecord], tasks: Sequence[
         "model": spec.model,
         "env_id": spec.env_id,
         "dataset": sources.pop() if len(sources) == 1 else "mixed",
-        "episodes": len(records),
-        "metrics": {k: v.as_dict() for k, v in summarize_records(records, **kw).items()},
-        "by_type": {t: {k: v.as_dict() for k, v in m.items()} for t, m in summarize_by_type(records, **kw).items()},
+        **EvalSummary.from_records(records, **kw).to_json(),
     }
 
 

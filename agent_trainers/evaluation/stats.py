@@ -2,9 +2,10 @@
 
 * :func:`bootstrap_mean` - the mean of per-question values with a percentile
   bootstrap interval (questions resampled with replacement; numpy, seeded).
-* :func:`summarize_records` - every metric of :class:`~.records.EpisodeRecord`
-  over a method's questions; a metric no question has (e.g. evidence recall on
-  question-only data) is left out, never reported as 0.0.
+* :func:`summarize_records` - every metric of the table
+  (:data:`~agent_trainers.evaluation.metrics.METRICS`) over a method's
+  questions, aggregated as the table says; a metric no question has (e.g.
+  evidence recall on question-only data) is left out, never reported as 0.0.
 * :func:`paired_difference` - method A minus method B on the *same* questions:
   the mean per-question difference and its bootstrap interval (resampling
   questions keeps the pairs together, so it is much tighter than comparing
@@ -25,13 +26,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from agent_trainers.evaluation.metrics import METRICS, Aggregation, metric_spec
 from agent_trainers.evaluation.records import EpisodeRecord
 
 __all__ = [
     "CONFIDENCE",
-    "RATE_METRICS",
     "RESAMPLES",
-    "SUMMARY_METRICS",
     "Interval",
     "PairedComparison",
     "bootstrap_average",
@@ -46,20 +46,8 @@ RESAMPLES = 2000
 """Bootstrap resamples (seeded)."""
 CONFIDENCE = 0.95
 """Interval coverage."""
-SUMMARY_METRICS = (
-    "answer_rate",
-    "tool_call_rate",
-    "tool_calls",
-    "turns",
-    "evidence_recall",
-    "format_error_rate",
-    "reward",
-)
-"""Metrics reported besides the env's answer scores (``em``, ``f1``, ``substring``)."""
-RATE_METRICS = frozenset(
-    {"em", "f1", "substring", "answer_rate", "tool_call_rate", "evidence_recall", "format_error_rate"}
-)
-"""Metrics in [0, 1] (shown as fractions)."""
+_OTHER_METRICS = tuple(m.name for m in METRICS if not m.answer)
+"""The table's metrics besides the env's answer scores, in table order."""
 
 
 @dataclass(frozen=True)
@@ -133,11 +121,11 @@ def bootstrap_average(
 
 
 def metric_names(records: Sequence[EpisodeRecord]) -> list[str]:
-    """The answer scores of the records (in the env's order), then :data:`SUMMARY_METRICS`."""
+    """The answer scores of the records (in the env's order), then the table's other metrics."""
     names: list[str] = []
     for r in records:
         names += [n for n in r.scores if n not in names]
-    return names + list(SUMMARY_METRICS)
+    return names + list(_OTHER_METRICS)
 
 
 def summarize_records(
@@ -153,8 +141,13 @@ def summarize_records(
     out: dict[str, Interval] = {}
     for name in metric_names(records):
         values = [v for r in records if (v := r.metric(name)) is not None]
-        if values:
-            out[name] = bootstrap_mean(values, resamples=resamples, seed=seed)
+        if not values:
+            continue  # absent, not 0
+        if metric_spec(name).aggregation is Aggregation.MEAN and len(values) < len(records):
+            raise ValueError(
+                f"{name} is a mean over every question, but {len(records) - len(values)} of {len(records)} have none"
+            )
+        out[name] = bootstrap_mean(values, resamples=resamples, seed=seed)
     return out
 
 
@@ -166,7 +159,7 @@ def summarize_by_type(
     out: dict[str, dict[str, Interval]] = {}
     for t in types:
         group = [r for r in records if r.question_type == t]
-        names = [n for n in metric_names(group) if n not in SUMMARY_METRICS] + ["answer_rate"]
+        names = [n for n in metric_names(group) if metric_spec(n).answer] + ["answer_rate"]
         out[t] = {n: bootstrap_mean([r.metric(n) for r in group], resamples=resamples, seed=seed) for n in names}  # type: ignore[misc]
     return out
 

@@ -16,36 +16,37 @@ Example (``configs/tiny.yaml``, abridged)::
 Every field is typed and documented; unknown keys, wrong types and broken
 cross-field rules are errors with one-line messages (see
 :func:`agent_trainers.errors.one_line`), never silent defaults. ``rollout`` is
-:class:`agent_trainers.rollout.RolloutConfig` itself: the one rollout settings
-type of the library.
+:class:`agent_trainers.rollout.RolloutConfig` itself, ``rl`` is
+:class:`agent_trainers.algorithms.RLConfig` and ``ppo`` is
+:class:`agent_trainers.algorithms.PPOConfig`: the settings types of the layers
+below, which the trainers take as they are. An RL setting set away from its
+default that the chosen algorithm's trainer does not read is refused
+(:data:`TRAINER_READS`), e.g. ``rl.micro_batch`` with ``algorithm: ppo``.
 """
 
 from __future__ import annotations
 
 import tomllib
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_trainers.algorithms.advantages import ESTIMATORS, AdvantageMode, Algorithm
-from agent_trainers.algorithms.ppo_config import PPOConfig
-from agent_trainers.algorithms.trl_args import ReportTo
+from agent_trainers.algorithms.ppo.config import PPO_READS, PPOConfig, check_ppo_settings
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
+from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, changed_settings
+from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
 from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.config import RolloutConfig
 
 __all__ = [
+    "TRAINER_READS",
     "EnvConfig",
     "EvalConfig",
-    "LossType",
     "ModelConfig",
-    "RLConfig",
     "SFTStageConfig",
-    "ScaleRewards",
     "TrainConfig",
-    "VLLMMode",
     "config_from_dict",
     "load_config",
     "set_dotted",
@@ -56,32 +57,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
 
 
-class LossType(StrEnum):
-    """TRL's loss aggregations we expose."""
-
-    GRPO = "grpo"
-    DAPO = "dapo"
-    DR_GRPO = "dr_grpo"
-    BNPO = "bnpo"
-
-
-class ScaleRewards(StrEnum):
-    """How ``grpo`` scales centred rewards (TRL's ``scale_rewards``)."""
-
-    GROUP = "group"
-    BATCH = "batch"
-    NONE = "none"
-
-
-class VLLMMode(StrEnum):
-    """Where RL rollouts are generated (TRL's ``use_vllm`` / ``vllm_mode``; vLLM is experimental here)."""
-
-    NONE = "none"
-    """With the trained model itself (transformers ``generate``)."""
-    COLOCATE = "colocate"
-    """With a vLLM engine inside each training process (extra ``vllm``, GPUs)."""
-    SERVER = "server"
-    """With a ``trl vllm-serve`` server at ``rl.vllm_server_url`` (its own GPUs)."""
+TRAINER_READS: dict[Algorithm, Reads] = {
+    **{Algorithm(name): trl_reads(name) for name in ESTIMATORS},  # every estimator trains through TRL
+    Algorithm.PPO: PPO_READS,
+}
+"""What the RL trainer of each algorithm reads of the RL settings (``rl.*`` and ``report_to``): each trainer
+declares it in its own room. A setting set away from its default that the algorithm's trainer does not read
+is refused. The ``ppo:`` section, named after the one algorithm that reads it, is left alone under the others,
+so that one config can serve every algorithm (``--set algorithm=...``)."""
 
 
 class ModelConfig(_Section):
@@ -119,51 +102,6 @@ class SFTStageConfig(_Section):
     """Episodes per optimizer step."""
     max_length: int = Field(default=2048, ge=1)
     """Longer episodes are truncated (tokens)."""
-
-
-class RLConfig(_Section):
-    """The RL stage; ``algorithm`` (top level) chooses how advantages are made."""
-
-    enabled: bool = True
-    """Run this stage."""
-    steps: int = Field(default=8, ge=1)
-    """Optimizer steps (one generation batch each)."""
-    num_generations: int = Field(default=4, ge=2)
-    """G: rollouts per task (the group; TRL's GRPOTrainer needs at least 2)."""
-    prompts_per_step: int = Field(default=2, ge=1)
-    """Tasks per step; a step plays ``prompts_per_step * num_generations`` episodes."""
-    micro_batch: int = Field(default=1, ge=1)
-    """Rollouts per forward/backward pass (gradients accumulate over a step's passes); must divide
-    ``prompts_per_step * num_generations``. ``num_generations`` puts a whole group in one pass, so the
-    task's prompt is run once for all its rollouts (more memory, less compute). ``ppo`` has ``ppo.micro_batch_size``."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: each layer keeps only its input (less memory, one
-    more forward of compute). The shared prompt of ``micro_batch`` stays shared. Set for the RL stage
-    whatever the SFT stage left (TRL's SFT turns it on)."""
-    learning_rate: float = Field(default=1e-5, gt=0)
-    """AdamW learning rate."""
-    beta: float = Field(default=0.0, ge=0)
-    """KL coefficient: for ``grpo`` TRL's KL term in the loss; for ``rloo``/``reinforce_pp``/
-    ``reinforce_pp_baseline`` a token-level KL penalty in the reward (0: no reference model)."""
-    loss_type: LossType = LossType.DAPO
-    """TRL's loss aggregation."""
-    advantage: AdvantageMode = AdvantageMode.TURN
-    """``outcome`` (one value per rollout) or ``turn`` (per-turn returns-to-go from process rewards)."""
-    gamma: float = Field(default=1.0, gt=0, le=1)
-    """Per-turn discount of returns."""
-    scale_rewards: ScaleRewards = ScaleRewards.GROUP
-    """``grpo`` only: divide by the group's std (``group``), the batch's (``batch``) or not (``none``)."""
-    loss_mask: bool = True
-    """Keep env tokens out of the policy loss; ``false`` puts them in (the paper's ablation)."""
-    advantage_mask: bool = True
-    """``ppo`` only: GAE over agent tokens, bootstrapping across env tokens; ``false`` runs it over every
-    token (the paper's ablation). The other algorithms have no per-token value to bootstrap."""
-    save_steps: int = Field(default=4, ge=1)
-    """Checkpoint every N steps (and at the end)."""
-    vllm: VLLMMode = VLLMMode.NONE
-    """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
-    vllm_server_url: str = "http://127.0.0.1:8000"
-    """The ``trl vllm-serve`` server (``vllm: server``)."""
 
 
 class EvalConfig(_Section):
@@ -235,12 +173,6 @@ class TrainConfig(_Section):
         need = estimator.min_group_size if estimator else 1
         if rl.enabled and rl.num_generations < need:
             raise ValueError(f"rl.num_generations must be >= {need} for {self.algorithm} (got {rl.num_generations})")
-        episodes = rl.num_generations * rl.prompts_per_step
-        if rl.enabled and episodes % rl.micro_batch:
-            raise ValueError(
-                f"rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got {rl.micro_batch} "
-                f"and {episodes})"
-            )
         if self.eval.every and rl.enabled and rl.steps % self.eval.every:
             raise ValueError(f"rl.steps must be divisible by eval.every (got {rl.steps} and {self.eval.every})")
         if self.sft.enabled and self.sft.episodes < self.sft.batch_size:
@@ -250,24 +182,23 @@ class TrainConfig(_Section):
         if not (self.sft.enabled or rl.enabled):
             raise ValueError("enable at least one stage (sft.enabled or rl.enabled)")
         if rl.enabled:
-            self._ppo_checks()
+            self._rl_checks()
         return self
 
-    def _ppo_checks(self) -> None:
-        rl, ppo = self.rl, self.algorithm is Algorithm.PPO
-        if not rl.advantage_mask and not ppo:
-            raise ValueError(f"rl.advantage_mask applies to ppo only (GAE); {self.algorithm} has no per-token values")
-        if not ppo:
-            return
-        if rl.gamma != 1.0:
-            raise ValueError(f"ppo discounts per agent token with ppo.gamma; leave rl.gamma at 1 (got {rl.gamma})")
-        if not self.rollout.temperature > 0:
-            raise ValueError("ppo scores log-probs at the sampling temperature: rollout.temperature must be > 0")
-        episodes = rl.num_generations * rl.prompts_per_step
-        if self.ppo.num_minibatches > episodes:
+    def _rl_checks(self) -> None:
+        """Refuse what the chosen algorithm's trainer does not read, then check its own rules."""
+        rl = self.rl
+        changed = changed_settings("rl", rl)
+        changed.pop("rl.enabled", None)  # the stage table's switch, not a trainer setting
+        if self.report_to is not ReportTo.NONE:
+            changed["report_to"] = (self.report_to, ReportTo.NONE)
+        TRAINER_READS[self.algorithm].refuse_unread(changed)
+        if self.algorithm is Algorithm.PPO:
+            check_ppo_settings(rl, self.ppo, self.rollout)
+        elif rl.episodes_per_step % rl.micro_batch:
             raise ValueError(
-                f"ppo.num_minibatches must be <= rl.num_generations * rl.prompts_per_step "
-                f"(got {self.ppo.num_minibatches} and {episodes})"
+                f"rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got {rl.micro_batch} "
+                f"and {rl.episodes_per_step})"
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -39,9 +39,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_metrics(
-    records: Sequence[Mapping[str, Any]], path: str | Path, *, keys: Sequence[str], x: str = "step", title: str = ""
+    records: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    keys: Sequence[str],
+    x: str = "step",
+    title: str = "",
+    titles: Mapping[str, str] | None = None,
 ) -> Path | None:
-    """Plot ``keys`` against ``x`` (one panel per key) and save a PNG.
+    """Plot ``keys`` against ``x`` (one panel per key, titled ``titles[key]`` or the key) and save a PNG.
 
     Records lacking ``x`` or a key are skipped for that key. Records whose
     ``phase`` is ``"before"`` (the untrained model) are drawn as separate red
@@ -73,7 +79,7 @@ def plot_metrics(
             ax.scatter(*zip(*base, strict=True), marker="x", color="red", s=60, zorder=3, label="before training")
             ax.legend(fontsize=8)
         ax.set_xlabel(x)
-        ax.set_title(key)
+        ax.set_title((titles or {}).get(key, key))
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)

@@ -29,14 +29,13 @@ import gymnasium as gym
 import torch
 from transformers import TrainerCallback
 
-from agent_trainers.algorithms.advantages import Algorithm
-from agent_trainers.algorithms.evaluate import EvalResult, summarize
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
+from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
-from agent_trainers.rollout.export import trajectory_from_dict
 
 __all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "rl_step_line", "train_tasks"]
 
@@ -75,17 +74,18 @@ class RunState:
     tokenizer: Any
     log: MetricsLog
     resume: bool = False
-    evals: list[tuple[str, EvalResult]] = field(default_factory=list)
+    evals: list[tuple[str, EvalSummary]] = field(default_factory=list)
     callbacks: list[TrainerCallback] = field(default_factory=list)
     sft_ran: bool = False
     rl_checkpoint: Path | None = None
 
-    def evaluate(self, phase: str, step: int, model: Any | None = None) -> EvalResult:
+    def evaluate(self, phase: str, step: int, model: Any | None = None) -> EvalSummary:
         """Evaluate ``model`` (default: the current one) on the held-aside tasks and log it.
 
         Every question's record goes to ``eval/<phase>/`` (an :mod:`agent_trainers.evaluation`
         folder: episodes, summary with bootstrap intervals, CSV, Markdown), so the phases can
         be compared question by question (``agent-r1 report``, the demo's paired comparisons).
+        That folder's summary is the one returned and logged (every present metric's mean).
         """
         from agent_trainers.evaluation import EvalSpec, Method, run_eval
 
@@ -108,10 +108,10 @@ class RunState:
         with _own_rng():
             run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)
         model.train(was_training)
-        result = summarize([trajectory_from_dict(r.trajectory) for r in run.records])
-        self.evals.append((phase, result))
-        self.log.write({"stage": "eval", "phase": phase, "step": step, **result.as_dict()})
-        return result
+        summary = EvalSummary.from_json(run.summary)
+        self.evals.append((phase, summary))
+        self.log.write({"stage": "eval", "phase": phase, "step": step, "episodes": summary.episodes, **summary.means()})
+        return summary
 
 
 def phase_label(phase: str, config: TrainConfig) -> str:
@@ -144,8 +144,7 @@ def train_tasks(config: TrainConfig) -> list[int]:
 # --------------------------------------------------------------------- SFT
 def run_sft_stage(state: RunState) -> None:
     """Cold-start SFT on oracle episodes, or reload a finished one when resuming."""
-    from agent_trainers.algorithms.sft import oracle_episodes, run_sft
-    from agent_trainers.algorithms.trl_args import make_sft_config
+    from agent_trainers.algorithms.sft import make_sft_config, oracle_episodes, run_sft
 
     c, sft_dir = state.config, state.out / "sft"
     if state.resume and (sft_dir / "DONE").is_file():
@@ -219,49 +218,22 @@ class _RLCallback(TrainerCallback):
             self.state.evaluate(f"rl_step_{step}", step, model=self.trainer.model)
 
 
-def vllm_args(rl: Any) -> dict[str, Any]:
-    """``GRPOConfig`` fields for ``rl.vllm`` (nothing for ``none``)."""
-    mode = str(rl.vllm)
-    if mode == "none":
-        return {}
-    return {"use_vllm": True, "vllm_mode": mode, "vllm_server_base_url": rl.vllm_server_url}
-
-
 def run_trl_rl_stage(state: RunState) -> None:
     """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
     from datasets import Dataset
 
-    from agent_trainers.algorithms.checkpoints import last_complete_checkpoint, load_rollout_state
-    from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-    from agent_trainers.algorithms.trl_args import make_grpo_config, micro_batch_args
+    from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint, load_rollout_state
+    from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.trl_args import grpo_args
 
     c, r = state.config, state.config.rl
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
     rollout_fn = EnvRolloutFunc(
         rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed, loss_mask=r.loss_mask
     )
-    args = make_grpo_config(
-        device=c.device,
-        bf16=c.bf16,
-        report_to=c.report_to,
-        output_dir=str(state.out / "rl"),
-        max_steps=r.steps,
-        **micro_batch_args(r.num_generations * r.prompts_per_step, r.micro_batch),  # one generation per step
-        gradient_checkpointing=r.gradient_checkpointing,
-        num_generations=r.num_generations,
-        learning_rate=r.learning_rate,
-        beta=r.beta,
-        temperature=c.rollout.temperature,
-        top_p=c.rollout.top_p,
-        loss_type=r.loss_type.value,
-        scale_rewards=r.scale_rewards.value,
-        save_strategy="steps",
-        save_steps=r.save_steps,
-        seed=c.seed,
-        max_completion_length=c.rollout.max_total_tokens,
-        **vllm_args(r),
-    )
+    out = str(state.out / "rl")
+    args = grpo_args(r, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to)
     if not r.gradient_checkpointing and getattr(state.model, "is_gradient_checkpointing", False):
         state.model.gradient_checkpointing_disable()  # left on by the SFT stage; TRL would keep it
     trainer = AgentGRPOTrainer(
@@ -287,29 +259,24 @@ def run_trl_rl_stage(state: RunState) -> None:
 
 def run_ppo_stage(state: RunState) -> None:
     """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
-    from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.ppo_config import PPOArgs
-    from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, grpo_dataset_rows
+    from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+    from agent_trainers.algorithms.shared.rollouts import EnvRollouts, grpo_dataset_rows
 
-    c, r = state.config, state.config.rl
+    c = state.config
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
-    rollout_fn = EnvRolloutFunc(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
-    args = PPOArgs(
-        **dataclasses.asdict(c.ppo),
-        steps=r.steps,
-        num_generations=r.num_generations,
-        prompts_per_step=r.prompts_per_step,
-        learning_rate=r.learning_rate,
-        kl_coef=r.beta,
-        loss_mask=r.loss_mask,
-        advantage_mask=r.advantage_mask,
-        save_steps=r.save_steps,
+    rollout_fn = EnvRollouts(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
+    trainer = PPOTrainer(
+        state.model,
+        state.tokenizer,
+        rollout_fn,
+        c.rl,
+        c.ppo,
+        output_dir=state.out / "rl",
         seed=c.seed,
-        device=str(c.device),
+        device=c.device,
         bf16=c.bf16,
     )
-    trainer = PPOTrainer(state.model, state.tokenizer, rollout_fn, args, output_dir=state.out / "rl")
     trainer.add_callback(_RLCallback(state, trainer))
     for callback in state.callbacks:
         trainer.add_callback(callback)
@@ -319,13 +286,10 @@ def run_ppo_stage(state: RunState) -> None:
 
 
 RL_TRAINERS: dict[Algorithm, Callable[[RunState], None]] = {
-    Algorithm.GRPO: run_trl_rl_stage,
-    Algorithm.RLOO: run_trl_rl_stage,
-    Algorithm.REINFORCE_PP: run_trl_rl_stage,
-    Algorithm.REINFORCE_PP_BASELINE: run_trl_rl_stage,
+    **{Algorithm(name): run_trl_rl_stage for name in ESTIMATORS},  # an estimator trains through TRL
     Algorithm.PPO: run_ppo_stage,
 }
-"""Which function runs the RL stage of each algorithm."""
+"""Which function runs the RL stage of each algorithm (what each one reads: :data:`~.config.TRAINER_READS`)."""
 
 
 def run_rl_stage(state: RunState) -> None:

@@ -24,8 +24,9 @@ import torch
 import yaml
 from transformers import TrainerCallback, set_seed
 
-from agent_trainers.algorithms.checkpoints import last_complete_checkpoint
-from agent_trainers.algorithms.evaluate import EvalResult
+from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
+from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
 from agent_trainers.pipeline.processes import is_main_process, torch_threads
@@ -45,7 +46,7 @@ class RunResult:
         plot: The held-aside eval plot, if one was drawn.
     """
 
-    evals: list[tuple[str, EvalResult]]
+    evals: list[tuple[str, EvalSummary]]
     output_dir: Path
     plot: Path | None
 
@@ -60,11 +61,14 @@ def seed_everything(seed: int) -> None:
 
 def _plots(config: TrainConfig, out: Path) -> Path | None:
     records = read_jsonl(out / "metrics.jsonl")
+    keys = shown_in(View.PLOT)
+    better = {k: f"{k} ({metric_spec(k).direction} is better)" for k in keys}
     plot = plot_metrics(
         [r for r in records if r.get("stage") == "eval"],
         out / "plots" / "eval.png",
-        keys=["reward", "em", "f1", "tool_call_rate"],
+        keys=keys,
         title=f"{config.env.id}: held-aside eval",
+        titles={k: t for k, t in better.items() if metric_spec(k).direction is not Direction.NEITHER},
     )
     plot_metrics(
         [r for r in records if r.get("stage") == "rl"],

@@ -6,8 +6,7 @@ import gymnasium as gym
 import pytest
 
 from agent_gym.envs import _STOP_REASON
-from agent_trainers.algorithms.evaluate import MissingMetricError
-from agent_trainers.evaluation import EvalSpec, Method, baseline_answer, run_eval
+from agent_trainers.evaluation import EvalSpec, Method, MissingMetricError, baseline_answer, run_eval
 from agent_trainers.evaluation.methods import CLOSED_BOOK_PROMPT, NAIVE_RAG_PROMPT
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.evaluation.conftest import HOTPOT, TASKS, TEST_SPLIT, search_call

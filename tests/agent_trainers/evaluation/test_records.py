@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_trainers.algorithms.evaluate import MissingMetricError
-from agent_trainers.evaluation import EpisodeRecord, summarize_by_type, summarize_records
+from agent_trainers.evaluation import EpisodeRecord, MissingMetricError, summarize_by_type, summarize_records
 from agent_trainers.evaluation.records import answer_scores
 
 

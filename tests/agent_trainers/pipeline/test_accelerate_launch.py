@@ -13,7 +13,7 @@ from accelerate.utils import DistributedType
 from agent_trainers.algorithms import Algorithm
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process, process_rank
-from tests.agent_trainers.algorithms.test_grpo_multiprocess import accelerate_launch
+from tests.agent_trainers.algorithms.trl_adapter.test_grpo_multiprocess import accelerate_launch
 
 ROOT = Path(__file__).resolve().parents[3]
 

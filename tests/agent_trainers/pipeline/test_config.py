@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_trainers.algorithms import AdvantageMode, Algorithm
+from agent_trainers.algorithms import AdvantageMode, Algorithm, LossType
 from agent_trainers.errors import one_line
-from agent_trainers.pipeline.config import LossType, TrainConfig, config_from_dict, load_config
+from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config
 from agent_trainers.rollout import RolloutConfig
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from agent_trainers.algorithms.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
-from agent_trainers.algorithms.trl_args import make_grpo_config
-from agent_trainers.pipeline.config import VLLMMode, load_config
-from agent_trainers.pipeline.stages import vllm_args
+from agent_trainers.algorithms.shared.settings import VLLMMode
+from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config, vllm_args
+from agent_trainers.pipeline.config import load_config
 from agent_trainers.policies import tiny_random_model
 from tests.agent_trainers.conftest import LOOKUP_ID
 

@@ -73,7 +73,7 @@ def test_two_turn_episode_records_rewards_and_env_tokens(smollm2_tokenizer):
 
 
 def test_on_no_action_end_ends_the_episode_unanswered(smollm2_tokenizer):
-    from agent_trainers.algorithms.rollout_func import episode_metrics
+    from agent_trainers.algorithms.trl_adapter.rollout_func import episode_metrics
 
     plain = ScriptedPolicy(smollm2_tokenizer, lambda _ids: "I am not sure.")
     [t] = rollout(plain, LOOKUP_ID, task_indices=[0], env_kwargs={"on_no_action": "end"})

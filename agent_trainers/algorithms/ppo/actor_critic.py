@@ -1,0 +1,236 @@
+"""PPO's actor-critic: a causal-LM policy plus a critic, scored in chunks so full-vocabulary logits stay small.
+
+The critic (:class:`CriticKind`) is either
+
+* ``value_head`` - a linear value head on the policy's own last hidden states:
+  one backbone forward gives both the log-probs and the values, and the value
+  loss trains the shared backbone too; or
+* ``separate`` - its own backbone (a copy of the policy's as RL starts, or
+  another model) with its own value head: more memory, no interference
+  between the two losses.
+
+Positions: the value of completion token ``t`` is read from the same hidden
+state as its log-prob - the state *before* the token is generated - so
+``V[t] = V(s_t)``, the state in which action ``a_t`` is taken.
+
+Memory: logits are computed only at the scored completion tokens, ``chunk``
+tokens at a time, by the log-prob engine every trainer shares
+(:func:`~agent_trainers.algorithms.shared.logprobs.chunked_logprobs`): the
+batch's ``tokens x vocabulary`` logits are never materialised, only one
+``chunk x vocabulary`` block at a time, recomputed in the backward pass.
+
+Example:
+    >>> model, tok = load_model("tiny-random")  # doctest: +SKIP
+    >>> ac = ActorCritic(model, CriticKind.VALUE_HEAD)  # doctest: +SKIP
+    >>> batch = pack_sequences([[1, 2, 3]], [[4, 5]], pad_id=0)  # doctest: +SKIP
+    >>> logp, values, _ = ac(**batch.model_inputs(), temperature=1.0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from agent_trainers.algorithms.ppo.config import CriticKind
+from agent_trainers.algorithms.shared.logprobs import completion_states, logit_transform, project_scored
+
+__all__ = ["ActorCritic", "CriticKind", "SequenceBatch", "pack_sequences", "policy_scores"]
+
+
+@dataclass
+class SequenceBatch:
+    """Prompt + completion ids of a batch: prompts left-padded to one width, completions right-padded.
+
+    Attributes:
+        input_ids: ``(B, P + T)``.
+        attention_mask: ``(B, P + T)``, 1 on real tokens.
+        position_ids: ``(B, P + T)``, counting real tokens only (left padding does not shift positions).
+        prompt_width: ``P``; completion token ``t`` sits at column ``P + t``.
+        valid: ``(B, T)`` bool, True on real completion tokens.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    prompt_width: int
+    valid: torch.Tensor
+
+    def model_inputs(self) -> dict[str, Any]:
+        """Keyword arguments for :meth:`ActorCritic.forward`."""
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+            "prompt_width": self.prompt_width,
+            "valid": self.valid,
+        }
+
+
+def pack_sequences(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    width: int | None = None,
+    device: torch.device | str = "cpu",
+) -> SequenceBatch:
+    """Lay out ``prompts[i] + completions[i]`` as a :class:`SequenceBatch`.
+
+    Args:
+        prompts: Prompt ids per row (each non-empty).
+        completions: Completion ids per row.
+        pad_id: Id written into padding (masked out).
+        width: Completion width ``T`` (default: the longest completion).
+        device: Where the tensors go.
+
+    Raises:
+        ValueError: An empty prompt, or a completion longer than ``width``.
+    """
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
+    p_w = max(len(p) for p in prompts)
+    t_w = max((len(c) for c in completions), default=0) if width is None else width
+    if any(len(c) > t_w for c in completions):
+        raise ValueError(f"a completion is longer than the width {t_w}")
+    n = len(prompts)
+    ids = torch.full((n, p_w + t_w), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, p_w + t_w), dtype=torch.long)
+    for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        ids[row, p_w - len(p) : p_w] = torch.tensor(list(p), dtype=torch.long)
+        ids[row, p_w : p_w + len(c)] = torch.tensor(list(c), dtype=torch.long)
+        attn[row, p_w - len(p) : p_w + len(c)] = 1
+    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    valid = attn[:, p_w:].bool()
+    return SequenceBatch(ids.to(device), attn.to(device), positions.to(device), p_w, valid.to(device))
+
+
+def policy_scores(
+    policy: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    prompt_width: int,
+    valid: torch.Tensor,
+    *,
+    temperature: float,
+    chunk: int,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Log-probs of the completion tokens under a causal LM, logits in chunks.
+
+    Args:
+        policy: A ``transformers`` causal LM.
+        inputs: ``input_ids``, ``attention_mask``, ``position_ids`` of a :class:`SequenceBatch`.
+        prompt_width: Its ``prompt_width``.
+        valid: ``(B, T)``: the completion tokens to score (its ``valid`` mask, or a part of it).
+        temperature: Logits are divided by it (the sampling temperature).
+        chunk: Completion tokens per block of logits.
+        entropy: Also return per-token entropies.
+
+    Returns:
+        ``(logprobs, entropies or None, hidden)``: ``(B, T)`` tensors (0 outside
+        ``valid``) and the ``(B, T, H)`` hidden states before every completion token.
+    """
+    ids, width = inputs["input_ids"], valid.shape[1]
+    completion = ids.shape[1] - prompt_width
+    states = completion_states(policy, ids, inputs["attention_mask"], completion, inputs["position_ids"])
+    before = states[:, :width]  # the state before each completion token
+    targets = ids[:, prompt_width : prompt_width + width]
+    logprobs, entropies = project_scored(
+        policy, before, targets, valid, temperature=temperature, compute_entropy=entropy, chunk=chunk
+    )
+    return logprobs, entropies, before
+
+
+def _check_plain_lm_head(model: nn.Module) -> None:
+    name = logit_transform(model)
+    if name is not None:
+        raise ValueError(
+            f"{type(model).__name__} transforms its logits ({name}); PPO's chunked scoring assumes a plain lm_head"
+        )
+
+
+class ActorCritic(nn.Module):
+    """A causal-LM policy and its critic, as one module (one state dict, one optimizer, one checkpoint).
+
+    Args:
+        policy: A ``transformers`` causal LM (Llama, Qwen, SmolLM, Mistral, ...).
+        critic: ``value_head`` or ``separate``.
+        critic_backbone: For ``separate``: the critic's backbone (a ``transformers``
+            base model); default a copy of the policy's backbone.
+        chunk: Completion tokens per block of logits.
+
+    Raises:
+        ValueError: A model whose logits are not a plain ``lm_head`` projection.
+    """
+
+    def __init__(
+        self,
+        policy: nn.Module,
+        critic: CriticKind | str = CriticKind.VALUE_HEAD,
+        *,
+        critic_backbone: nn.Module | None = None,
+        chunk: int = 512,
+    ):
+        super().__init__()
+        _check_plain_lm_head(policy)
+        self.kind = CriticKind(critic)
+        self.chunk = int(chunk)
+        self.policy = policy
+        self.critic: nn.Module | None = None
+        if self.kind is CriticKind.SEPARATE:
+            self.critic = critic_backbone if critic_backbone is not None else copy.deepcopy(policy.base_model)
+        hidden = (self.critic if self.critic is not None else policy).config.hidden_size
+        self.value_head = nn.Linear(hidden, 1, dtype=torch.float32, device=next(policy.parameters()).device)
+        nn.init.zeros_(self.value_head.weight)  # values start at 0; the head learns from the first value loss
+        nn.init.zeros_(self.value_head.bias)
+
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        prompt_width: int,
+        valid: torch.Tensor,
+        *,
+        temperature: float,
+        scored: torch.Tensor | None = None,
+        values: bool = True,
+        entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Score the completion tokens of a :class:`SequenceBatch`.
+
+        Args:
+            input_ids: From :class:`SequenceBatch`.
+            attention_mask: From :class:`SequenceBatch`.
+            position_ids: From :class:`SequenceBatch`.
+            prompt_width: From :class:`SequenceBatch`.
+            valid: From :class:`SequenceBatch`.
+            temperature: The sampling temperature.
+            scored: ``(B, T)`` tokens whose log-probs are needed (default ``valid``);
+                logits are computed only there (e.g. agent tokens only).
+            values: Also return values (on every ``valid`` token; the head is cheap).
+            entropy: Also return entropies (on ``scored`` tokens).
+
+        Returns:
+            ``(logprobs, values, entropies)``, each ``(B, T)`` with 0 outside
+            ``scored`` (values: ``valid``); ``values`` None unless asked, ``entropies`` None unless asked.
+        """
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        scored = valid if scored is None else scored & valid
+        logprobs, entropies, before = policy_scores(
+            self.policy, inputs, prompt_width, scored, temperature=temperature, chunk=self.chunk, entropy=entropy
+        )
+        if not values:
+            return logprobs, None, entropies
+        if self.critic is not None:
+            critic_hidden = self.critic(**inputs, use_cache=False).last_hidden_state
+            before = critic_hidden[:, prompt_width - 1 : prompt_width - 1 + valid.shape[1]]
+        v = self._values(before) * valid
+        return logprobs, v, entropies

@@ -1,0 +1,149 @@
+"""PPO's settings: :class:`PPOConfig` (the ``ppo:`` section of an ``agent-r1`` config), what PPO reads of the
+shared RL settings (:data:`PPO_READS`), and the rules across the two (:func:`check_ppo_settings`).
+
+The trainer takes :class:`~agent_trainers.algorithms.shared.settings.RLConfig`
+(steps, learning rate, group size, ``beta``, the two masks) and :class:`PPOConfig` as they are.
+
+Names follow the PPO paper (Schulman et al., 2017), GAE (Schulman et al.,
+2016) and CleanRL's ``ppo.py``: ``gamma``, ``lam``, ``clip_coef``,
+``vf_coef``, ``ent_coef``, ``update_epochs``, ``num_minibatches``,
+``max_grad_norm``, ``target_kl``, ``norm_adv``, ``clip_vloss``.
+
+Example::
+
+    ppo:
+      critic: value_head       # value_head | separate
+      gamma: 1.0               # per agent token (the paper's default: gamma = lam = 1)
+      lam: 1.0
+      clip_coef: 0.2
+      vf_coef: 0.5
+      update_epochs: 2
+      num_minibatches: 2
+      micro_batch_size: 4
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass
+
+from agent_trainers.algorithms.shared.settings import Reads, RLConfig
+from agent_trainers.rollout.config import RolloutConfig
+
+__all__ = ["PPO_READS", "CriticKind", "KLPlacement", "PPOConfig", "check_ppo_settings"]
+
+
+class CriticKind(StrEnum):
+    """Where PPO's value estimates come from."""
+
+    VALUE_HEAD = "value_head"
+    """A linear value head on the policy's backbone (shared weights)."""
+    SEPARATE = "separate"
+    """A separate backbone with its own value head."""
+
+
+class KLPlacement(StrEnum):
+    """Where the KL to the reference policy (coefficient ``rl.beta``) enters PPO."""
+
+    REWARD = "reward"
+    """``-beta * (log pi_old - log pi_ref)`` added to the reward of every agent token (InstructGPT); GAE spreads it."""
+    LOSS = "loss"
+    """``beta * k3`` (Schulman's estimator, mean over agent tokens) added to the loss, as GRPO does."""
+
+
+@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True))
+class PPOConfig:
+    """PPO's hyperparameters (the ``ppo:`` section). Shared RL settings (steps, learning rate, group
+    size, ``beta``, the loss and advantage masks) live in the ``rl:`` section."""
+
+    critic: CriticKind = CriticKind.VALUE_HEAD
+    """``value_head``: a linear head on the policy's backbone; ``separate``: a critic with its own backbone."""
+    critic_model: str | None = None
+    """``separate`` only: the critic backbone's initial weights - ``null`` copies the policy as RL starts
+    (after SFT), or a model name or folder as ``model.name`` takes."""
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    """γ: discount per agent token (env tokens are skipped unless ``rl.advantage_mask`` is false)."""
+    lam: float = Field(default=1.0, ge=0, le=1)
+    """λ of GAE."""
+    clip_coef: float = Field(default=0.2, gt=0)
+    """ε: the policy ratio is clipped to ``[1 - ε, 1 + ε]`` in the surrogate."""
+    clip_vloss: bool = True
+    """Clip the value loss around the values the critic gave at rollout time."""
+    vf_clip: float = Field(default=0.2, gt=0)
+    """How far a value may move from its rollout-time value before the clipped value loss takes over."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    """Weight of the value loss."""
+    ent_coef: float = Field(default=0.0, ge=0)
+    """Weight of the entropy bonus (0: entropies are not computed)."""
+    norm_adv: bool = True
+    """Whiten advantages (mean 0, std 1) over the tokens in the policy loss."""
+    kl_penalty: KLPlacement = KLPlacement.REWARD
+    """Where ``rl.beta`` puts the KL to the reference: ``reward`` (per token, before GAE) or ``loss``."""
+    update_epochs: int = Field(default=2, ge=1)
+    """Passes over each step's batch."""
+    num_minibatches: int = Field(default=2, ge=1)
+    """Optimizer steps per pass (the batch's episodes are shuffled and split into this many minibatches)."""
+    micro_batch_size: int = Field(default=4, ge=1)
+    """Episodes per forward/backward; gradients accumulate over a minibatch's micro-batches."""
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    """Global gradient-norm clip."""
+    critic_learning_rate: float | None = Field(default=None, gt=0)
+    """Learning rate of the value head and critic backbone (``null``: ``rl.learning_rate``)."""
+    critic_warmup_steps: int = Field(default=0, ge=0)
+    """The first N RL steps train the critic only (the policy terms are left out of the loss), so that its
+    values have learnt the returns before its advantages steer the policy. With ``critic: value_head`` the
+    value loss still moves the shared backbone; ``separate`` keeps the policy fixed meanwhile."""
+    target_kl: float | None = Field(default=None, gt=0)
+    """Stop a step's epochs early once the mean approximate KL to the rollout policy exceeds this."""
+    logit_chunk: int = Field(default=512, ge=1)
+    """Completion tokens per block of full-vocabulary logits (memory: one block at a time)."""
+
+
+PPO_READS = Reads(
+    "ppo",
+    frozenset(
+        {
+            "rl.steps",
+            "rl.num_generations",
+            "rl.prompts_per_step",
+            "rl.learning_rate",
+            "rl.beta",
+            "rl.loss_mask",
+            "rl.advantage_mask",
+            "rl.save_steps",
+        }
+    ),
+    {
+        "rl.micro_batch": "ppo has ppo.micro_batch_size",
+        "rl.gradient_checkpointing": "ppo's trainer does not checkpoint activations",
+        "rl.loss_type": "a TRL loss aggregation; ppo takes token means over each minibatch",
+        "rl.advantage": "ppo's advantages are GAE over agent tokens, with ppo.gamma and ppo.lam",
+        "rl.gamma": "ppo discounts per agent token with ppo.gamma",
+        "rl.scale_rewards": "ppo whitens advantages when ppo.norm_adv is true",
+        "rl.vllm": "ppo generates with the trained model itself",
+        "rl.vllm_server_url": "ppo generates with the trained model itself",
+        "report_to": "ppo writes its curves to metrics.jsonl only",
+    },
+)
+"""The shared RL settings :class:`~agent_trainers.algorithms.ppo.PPOTrainer` reads (every ``ppo.*`` field too)."""
+
+
+def check_ppo_settings(rl: RLConfig, ppo: PPOConfig, rollout: RolloutConfig) -> None:
+    """The rules across PPO's settings, the shared RL settings and the rollout settings.
+
+    Raises:
+        ValueError: One line naming the broken rule.
+    """
+    if not rollout.temperature > 0:
+        raise ValueError("ppo scores log-probs at the sampling temperature: rollout.temperature must be > 0")
+    if ppo.critic_warmup_steps >= rl.steps:
+        raise ValueError(
+            f"ppo.critic_warmup_steps must be < the RL steps (got {ppo.critic_warmup_steps} and {rl.steps})"
+        )
+    if ppo.num_minibatches > rl.episodes_per_step:
+        raise ValueError(
+            "ppo.num_minibatches must be <= rl.num_generations * rl.prompts_per_step "
+            f"(got {ppo.num_minibatches} and {rl.episodes_per_step})"
+        )

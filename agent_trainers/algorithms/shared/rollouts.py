@@ -1,0 +1,156 @@
+"""The training tasks' episodes, played by the rollout engine: :class:`EnvRollouts`, and per-episode metrics.
+
+* :func:`grpo_dataset_rows` makes one row per task: the env's own opening
+  messages as ``prompt`` plus ``task_index`` and ``env_id`` (the rows of every trainer);
+* :class:`EnvRollouts` plays ``G`` episodes of each of a step's tasks with
+  :func:`agent_trainers.rollout.rollout`, with seeds derived from its call
+  counter, which is saved in each checkpoint and restored on resume
+  (:meth:`EnvRollouts.state_dict`). PPO calls :meth:`EnvRollouts.play_step`;
+  the TRL adapter's :class:`~agent_trainers.algorithms.trl_adapter.rollout_func.EnvRolloutFunc`
+  is one, called by TRL as its ``rollout_func``;
+* :func:`episode_metrics` - the means over episodes that every trainer logs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+import agent_gym  # noqa: F401  (registers the environments)
+from agent_trainers.policies.sampling import TokenPolicy
+from agent_trainers.policies.transformers_policy import TransformersPolicy
+from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.engine import rollout
+from agent_trainers.rollout.types import Trajectory
+
+__all__ = ["EnvRollouts", "episode_metrics", "grpo_dataset_rows", "prompt_key"]
+
+
+def prompt_key(prompt: Any) -> str:
+    """A canonical string of a prompt (messages or text), used to find its task."""
+    return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+
+
+def grpo_dataset_rows(
+    env_id: str, task_indices: Sequence[int], *, env_kwargs: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """One dataset row per task: the env's opening messages and the task index.
+
+    Returns:
+        Rows with ``prompt`` (system and user messages), ``task_index`` and ``env_id``.
+    """
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    rows = []
+    try:
+        for index in task_indices:
+            _, info = env.reset(seed=0, options={"task_index": int(index)})
+            prompt = [{"role": m["role"], "content": m["content"]} for m in info["messages"]]
+            rows.append({"prompt": prompt, "task_index": int(index), "env_id": env_id})
+    finally:
+        env.close()
+    return rows
+
+
+def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Means over episodes of what they report; a metric no episode reports is omitted (never 0.0).
+
+    Keys: ``rollout/turns`` (model turns, over every episode), ``rollout/answered``
+    (fraction that ended with an answer), ``rollout/stop/<reason>`` fractions,
+    and ``episode/<name>`` for each env metric averaged over the episodes that
+    report it (envs report metrics only when an episode ends by itself).
+    """
+    if not trajectories:
+        return {}
+    n = len(trajectories)
+    out = {"rollout/turns": sum(len(t.turns) for t in trajectories) / n}
+    out["rollout/answered"] = sum(t.answered for t in trajectories) / n
+    for name in sorted({k for t in trajectories for k in t.metrics}):
+        values = [float(t.metrics[name]) for t in trajectories if name in t.metrics]
+        finite = [v for v in values if math.isfinite(v)]
+        if finite:
+            out[f"episode/{name}"] = sum(finite) / len(finite)
+    for reason in sorted({t.stop_reason for t in trajectories}):
+        out[f"rollout/stop/{reason}"] = sum(t.stop_reason == reason for t in trajectories) / n
+    return out
+
+
+@dataclass
+class EnvRollouts:
+    """Plays the training tasks' episodes with the rollout engine, seeded per call (every trainer's rollouts).
+
+    Attributes:
+        rows: The training (and eval) dataset rows, to map prompts to tasks.
+        env_kwargs: Keyword arguments for ``gymnasium.make``.
+        config: Rollout settings (the TRL adapter takes ``temperature`` and ``top_p`` from
+            the trainer at each call: TRL's loss uses the same temperature).
+        seed: Base seed; call ``k`` plays with seeds derived from ``seed`` and ``k``.
+        batch_size: Generation batch size of the default policy.
+        loss_mask: Keep env tokens out of the policy loss (``env_mask``); False
+            puts them in (the paper's ablation).
+        policy_factory: Builds the policy from ``(model, tokenizer, seed)``; default
+            :class:`~agent_trainers.policies.TransformersPolicy` on the trainer's
+            model; pass one for a scripted policy in tests.
+        calls: Rollout calls made so far (saved in checkpoints).
+    """
+
+    rows: Sequence[Mapping[str, Any]]
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    config: RolloutConfig = field(default_factory=RolloutConfig)
+    seed: int = 0
+    batch_size: int = 8
+    loss_mask: bool = True
+    policy_factory: Callable[[Any, Any, int], TokenPolicy] | None = None
+    calls: int = 0
+    _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            self._index[prompt_key(row["prompt"])] = (str(row["env_id"]), int(row["task_index"]))
+
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint must keep for an exact resume."""
+        return {"calls": self.calls, "seed": self.seed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the seed must match this run's)."""
+        if int(state["seed"]) != self.seed:
+            raise ValueError(f"checkpoint was made with rollout seed {state['seed']}, this run uses {self.seed}")
+        self.calls = int(state["calls"])
+
+    def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
+        if self.policy_factory is not None:
+            return self.policy_factory(model, tokenizer, self.seed + self.calls)
+        return TransformersPolicy(model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls)
+
+    def play(
+        self, tasks: list[tuple[str, int]], group: int, policy: TokenPolicy, config: RolloutConfig
+    ) -> list[Trajectory]:
+        """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given."""
+        trajectories: list[Trajectory] = []
+        seed = self.seed + 100_003 * self.calls
+        for env_id in dict.fromkeys(e for e, _ in tasks):
+            indices = [i for e, i in tasks if e == env_id]
+            trajectories += rollout(
+                policy,
+                env_id,
+                task_indices=indices,
+                group_size=group,
+                seed=seed,
+                env_kwargs=dict(self.env_kwargs),
+                config=config,
+            )
+        if len({e for e, _ in tasks}) > 1:  # restore the prompt order across envs
+            order = {t: k for k, t in enumerate(tasks)}
+            trajectories.sort(key=lambda t: order[(t.env_id, t.task_index)])
+        return trajectories
+
+    def play_step(self, tasks: list[tuple[str, int]], group: int, model: Any, tokenizer: Any) -> list[Trajectory]:
+        """One rollout call outside TRL (PPO): play ``tasks`` with ``model`` (in eval mode), then count the call."""
+        trajectories = self.play(tasks, group, self._policy(model, tokenizer), self.config)
+        self.calls += 1
+        return trajectories

@@ -1,0 +1,209 @@
+"""The RL settings every trainer takes as they are: :class:`RLConfig` (the ``rl:`` section) and its enums.
+
+As :class:`~agent_trainers.rollout.RolloutConfig` is the one rollout settings
+type, :class:`RLConfig` is the one RL settings type: the pipeline's config
+holds it, and the TRL adapter (:func:`~agent_trainers.algorithms.trl_adapter.trl_args.grpo_args`)
+and our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`) read it
+directly. PPO's own settings are :class:`~agent_trainers.algorithms.ppo.PPOConfig`.
+
+Each trainer declares which of these settings it reads (:class:`Reads`); a
+setting changed from its default that the chosen algorithm does not read is
+refused (:meth:`Reads.refuse_unread`), so none is ignored without a word.
+
+Example::
+
+    rl:
+      steps: 8
+      num_generations: 4       # G: rollouts per task
+      prompts_per_step: 2
+      advantage: turn          # outcome | turn
+      loss_type: dapo          # the TRL algorithms only
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_trainers.algorithms.shared.advantages import AdvantageMode, ScaleRewards
+from agent_trainers.policies.loader import Device, resolve_device
+
+__all__ = [
+    "LossType",
+    "RLConfig",
+    "Reads",
+    "ReportTo",
+    "ScaleRewards",
+    "VLLMMode",
+    "bf16_enabled",
+    "changed_settings",
+    "device_args",
+]
+
+
+class LossType(StrEnum):
+    """TRL's loss aggregations we expose."""
+
+    GRPO = "grpo"
+    DAPO = "dapo"
+    DR_GRPO = "dr_grpo"
+    BNPO = "bnpo"
+
+
+class VLLMMode(StrEnum):
+    """Where RL rollouts are generated (TRL's ``use_vllm`` / ``vllm_mode``; vLLM is experimental here)."""
+
+    NONE = "none"
+    """With the trained model itself (transformers ``generate``)."""
+    COLOCATE = "colocate"
+    """With a vLLM engine inside each training process (extra ``vllm``, GPUs)."""
+    SERVER = "server"
+    """With a ``trl vllm-serve`` server at ``rl.vllm_server_url`` (its own GPUs)."""
+
+
+class ReportTo(StrEnum):
+    """Where training curves go (besides ``metrics.jsonl``)."""
+
+    NONE = "none"
+    """Nowhere else."""
+    TENSORBOARD = "tensorboard"
+    """TensorBoard event files under ``<trainer output_dir>/runs/`` (offline; the ``train`` extra has it)."""
+    WANDB = "wandb"
+    """Weights & Biases (``pip install wandb``; it needs an account or ``WANDB_MODE=offline``)."""
+
+
+class RLConfig(BaseModel):
+    """The RL stage (the ``rl:`` section); ``algorithm`` (top level) chooses how advantages are made.
+
+    A pydantic model (frozen): fields are checked when it is built, each field's docstring is its help text.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True, frozen=True)
+
+    enabled: bool = True
+    """Run this stage."""
+    steps: int = Field(default=8, ge=1)
+    """Optimizer steps (one generation batch each)."""
+    num_generations: int = Field(default=4, ge=2)
+    """G: rollouts per task (the group; TRL's GRPOTrainer needs at least 2)."""
+    prompts_per_step: int = Field(default=2, ge=1)
+    """Tasks per step; a step plays ``prompts_per_step * num_generations`` episodes."""
+    micro_batch: int = Field(default=1, ge=1)
+    """Rollouts per forward/backward pass (gradients accumulate over a step's passes); must divide
+    ``prompts_per_step * num_generations``. ``num_generations`` puts a whole group in one pass, so the
+    task's prompt is run once for all its rollouts (more memory, less compute). ``ppo`` has ``ppo.micro_batch_size``."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: each layer keeps only its input (less memory, one
+    more forward of compute). The shared prompt of ``micro_batch`` stays shared. Set for the RL stage
+    whatever the SFT stage left (TRL's SFT turns it on)."""
+    learning_rate: float = Field(default=1e-5, gt=0)
+    """AdamW learning rate."""
+    beta: float = Field(default=0.0, ge=0)
+    """KL coefficient: for ``grpo`` TRL's KL term in the loss; for ``rloo``/``reinforce_pp``/
+    ``reinforce_pp_baseline`` a token-level KL penalty in the reward; for ``ppo`` where ``ppo.kl_penalty``
+    says (0: no reference model)."""
+    loss_type: LossType = LossType.DAPO
+    """TRL's loss aggregation."""
+    advantage: AdvantageMode = AdvantageMode.TURN
+    """``outcome`` (one value per rollout) or ``turn`` (per-turn returns-to-go from process rewards)."""
+    gamma: float = Field(default=1.0, gt=0, le=1)
+    """Per-turn discount of returns."""
+    scale_rewards: ScaleRewards = ScaleRewards.GROUP
+    """``grpo`` only: divide by the group's std (``group``), the batch's (``batch``) or not (``none``)."""
+    loss_mask: bool = True
+    """Keep env tokens out of the policy loss; ``false`` puts them in (the paper's ablation)."""
+    advantage_mask: bool = True
+    """``ppo`` only: GAE over agent tokens, bootstrapping across env tokens; ``false`` runs it over every
+    token (the paper's ablation). The other algorithms have no per-token value to bootstrap."""
+    save_steps: int = Field(default=4, ge=1)
+    """Checkpoint every N steps (and at the end)."""
+    vllm: VLLMMode = VLLMMode.NONE
+    """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
+    vllm_server_url: str = "http://127.0.0.1:8000"
+    """The ``trl vllm-serve`` server (``vllm: server``)."""
+
+    @property
+    def episodes_per_step(self) -> int:
+        """``num_generations * prompts_per_step``: the episodes one step plays (per process)."""
+        return self.num_generations * self.prompts_per_step
+
+
+def changed_settings(section: str, settings: Any) -> dict[str, tuple[Any, Any]]:
+    """``{"<section>.<field>": (value, default)}`` for each field of a pydantic settings type set away from its
+    default."""
+    out = {}
+    for name, info in type(settings).__pydantic_fields__.items():
+        default, value = info.get_default(call_default_factory=True), getattr(settings, name)
+        if value != default:
+            out[f"{section}.{name}"] = (value, default)
+    return out
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The settings a trainer reads, as dotted config keys (``rl.micro_batch``, ``report_to``).
+
+    Attributes:
+        trainer: Who reads them (an algorithm name, for messages).
+        settings: The keys it reads.
+        instead: For a key it does not read, what to do instead (shown in the refusal).
+    """
+
+    trainer: str
+    settings: frozenset[str]
+    instead: Mapping[str, str] = field(default_factory=dict)
+
+    def refuse_unread(self, changed: Mapping[str, tuple[Any, Any]]) -> None:
+        """Raise on the first setting of ``changed`` (key -> ``(value, default)``) that this trainer does not read.
+
+        Raises:
+            ValueError: One line naming the setting and the trainer, e.g. ``rl.micro_batch is not read by
+                ppo (ppo has ppo.micro_batch_size); leave it at its default 1 (got 4)``.
+        """
+        for key, (value, default) in changed.items():
+            if key in self.settings:
+                continue
+            hint = f" ({self.instead[key]})" if key in self.instead else ""
+            raise ValueError(
+                f"{key} is not read by {self.trainer}{hint}; leave it at its default {_shown(default)} "
+                f"(got {_shown(value)})"
+            )
+
+
+def _shown(value: Any) -> str:
+    return repr(value.value) if isinstance(value, StrEnum) else repr(value)
+
+
+def bf16_enabled(device: Device | str = Device.AUTO, bf16: bool | None = None) -> bool:
+    """Whether to train in bf16: ``bf16`` as given, or (``None``) where the device supports it (a CUDA GPU)."""
+    import torch
+
+    if bf16 is not None:
+        return bool(bf16)
+    return resolve_device(device).type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def device_args(
+    device: Device | str = Device.AUTO, bf16: bool | None = None, report_to: ReportTo | str = ReportTo.NONE
+) -> dict[str, Any]:
+    """``TrainingArguments`` fields for a device, a precision and a logger.
+
+    Args:
+        device: ``auto`` (a GPU when present), ``cpu`` or ``cuda``.
+        bf16: bf16 autocast; ``None`` turns it on where the device supports it (a CUDA GPU with bf16).
+        report_to: A :class:`ReportTo` value.
+
+    Raises:
+        ValueError: ``cuda`` without a GPU, or a logger whose package is missing.
+    """
+    where = resolve_device(device)
+    logger = ReportTo(report_to)
+    if logger is not ReportTo.NONE and importlib.util.find_spec(logger.value) is None:
+        extra = "pip install 'agent-r1-gym[train]'" if logger is ReportTo.TENSORBOARD else "pip install wandb"
+        raise ValueError(f"report_to: {logger.value} is not installed ({extra})")
+    return {"use_cpu": where.type == "cpu", "bf16": bf16_enabled(where.type, bf16), "report_to": logger.value}

@@ -1,0 +1,281 @@
+"""GRPO, RLOO, REINFORCE++ and REINFORCE++-baseline on TRL's ``GRPOTrainer``, with our rollouts.
+
+TRL does the optimisation (batching, loss, clipping, optimizer, checkpoints);
+this adapter changes one thing: the advantages. TRL's
+``_generate_and_score_completions`` is the smallest seam TRL 1.16 offers (it
+has no public advantage hook): :class:`AgentGRPOTrainer` calls it, then
+replaces its ``(B,)`` group-normalised advantages with ``(B, T)`` per-token
+ones from the estimator registry (:mod:`agent_trainers.algorithms.shared.advantages`).
+TRL's loss accepts ``(B, T)`` advantages as they are (it only unsqueezes
+``(B,)`` ones) and its batch shuffling/splitting slices every tensor along dim 0.
+
+The trajectories come in explicitly: :class:`~agent_trainers.algorithms.EnvRolloutFunc`
+returns one ``trajectory`` per rollout, TRL merges that field into each input
+row, and the override reads it from the rows it was given.
+
+KL: for ``grpo``, ``beta`` is TRL's KL term in the loss; TRL builds the
+reference from a snapshot of the policy as the stage starts (``output_dir/reference``,
+reused on resume). For the REINFORCE family, ``beta`` goes into the
+reward instead: TRL gets ``beta = 0`` and this trainer keeps its own frozen
+copy of the initial policy, scores the batch with it and hands
+``KL_t = log pi_old - log pi_ref`` (sampling log-probs minus reference
+log-probs, per model token) to the estimator.
+
+Several processes (``accelerate launch``): TRL's ``RepeatSampler`` puts the
+``G`` copies of a prompt next to each other and each process takes the next
+``per_device_train_batch_size * steps_per_generation`` rows of the generation
+batch, so a group stays on one process exactly when ``G`` divides that number;
+the trainer checks it (:func:`check_groups_stay_local`), and group statistics
+(``grpo``, ``rloo``, the ``-baseline`` mean) are then the same as in one
+process. Batch statistics (``reinforce_pp``'s whitening, ``scale_rewards:
+batch``) are taken over each process's batch, not the global one (a warning says so).
+
+Memory and time: the loss scores log-probs with
+:func:`~agent_trainers.algorithms.shared.logprobs.shared_prompt_token_logprobs` (each
+distinct prompt of the micro-batch run once, each completion up to its last
+model token on top of it, the LM head in chunks over the model's own
+tokens only: the log-prob engine PPO uses too) where the model allows it, else with TRL's fused LM head;
+full-vocabulary logits are never built for the batch. A micro-batch of a whole
+group (``micro_batch = G``) runs its shared prompt once. Train in micro-batches with
+TRL's own knobs (``per_device_train_batch_size`` below the group,
+``gradient_accumulation_steps = steps_per_generation``; see
+:func:`~agent_trainers.algorithms.trl_adapter.trl_args.micro_batch_args`).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler, add_fused_lm_head
+
+from agent_trainers.algorithms.shared.advantages import (
+    ESTIMATORS,
+    AdvantageMode,
+    Algorithm,
+    ScaleRewards,
+    compute_advantages,
+)
+from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback
+from agent_trainers.algorithms.shared.logprobs import (
+    frozen_copy,
+    shared_prompt_token_logprobs,
+    supports_scored_logprobs,
+)
+from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
+
+__all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler", "check_groups_stay_local"]
+
+
+def check_groups_stay_local(args: Any) -> None:
+    """Refuse a ``GRPOConfig`` whose groups would straddle two processes (see the module docstring).
+
+    Raises:
+        ValueError: ``num_generations`` does not divide the rows one process gets per generation batch.
+    """
+    local = args.per_device_train_batch_size * args.steps_per_generation
+    if local % args.num_generations:
+        raise ValueError(
+            "per_device_train_batch_size * steps_per_generation must be divisible by num_generations, so that "
+            "every group of rollouts stays on one process (got "
+            f"{args.per_device_train_batch_size} * {args.steps_per_generation} and {args.num_generations})"
+        )
+
+
+def _warn_batch_statistics(algorithm: Algorithm, args: Any) -> None:
+    batch_stats = algorithm in (Algorithm.REINFORCE_PP, Algorithm.REINFORCE_PP_BASELINE) or (
+        algorithm is Algorithm.GRPO and ScaleRewards(str(args.scale_rewards)) is ScaleRewards.BATCH
+    )
+    if batch_stats and args.world_size > 1:
+        warnings.warn(
+            f"{algorithm} with {args.world_size} processes normalises advantages over each process's batch "
+            "(not the global batch); group baselines are unaffected",
+            stacklevel=3,
+        )
+
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose order in epoch ``e`` depends only on ``(seed, e)``.
+
+    TRL's sampler draws every epoch's permutation from one generator, so a run
+    resumed in epoch 2 would replay epoch 1's order. The trainer calls
+    :meth:`set_epoch` before each epoch (also when resuming), which reseeds it.
+    """
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reseed the shuffle for ``epoch`` (nothing to do without shuffling or a seed)."""
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(int(self.seed) * 1_000_003 + int(epoch))
+
+
+def _snapshot_reference(model: Any, output_dir: str) -> None:
+    """Point ``model.config._name_or_path`` (where TRL builds its reference from) at a snapshot of ``model``.
+
+    The snapshot is the policy as the RL stage starts (e.g. after SFT, which the
+    original path would miss); an existing one is kept, so a resumed run uses
+    the same reference.
+    """
+    folder = Path(output_dir) / "reference"
+    if not (folder / "config.json").is_file():
+        model.save_pretrained(folder)
+    model.config._name_or_path = str(folder)
+
+
+class AgentGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with our rollouts and advantages from the estimator registry.
+
+    Args:
+        model: The policy (a ``PreTrainedModel``).
+        reward_funcs: Usually ``[env_reward]``.
+        args: A ``GRPOConfig`` (see :func:`~agent_trainers.algorithms.make_grpo_config`).
+        algorithm: ``grpo``, ``rloo``, ``reinforce_pp`` or ``reinforce_pp_baseline``.
+        advantage: ``outcome`` (one value per rollout) or ``turn`` (returns-to-go per turn).
+        gamma: Per-turn discount of returns.
+        **kwargs: As for ``GRPOTrainer``; ``rollout_func`` must be an
+            :class:`~agent_trainers.algorithms.EnvRolloutFunc`.
+
+    Example:
+        >>> trainer = AgentGRPOTrainer(model=model, reward_funcs=[env_reward], args=make_grpo_config(...),
+        ...     processing_class=tok, train_dataset=ds, rollout_func=EnvRolloutFunc(rows),
+        ...     algorithm="rloo", advantage="turn")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any,
+        args: Any,
+        *,
+        algorithm: Algorithm | str = Algorithm.GRPO,
+        advantage: AdvantageMode | str = AdvantageMode.OUTCOME,
+        gamma: float = 1.0,
+        **kwargs: Any,
+    ):
+        self.algorithm = Algorithm(algorithm)
+        self.advantage_mode = AdvantageMode(advantage)
+        self.turn_gamma = float(gamma)
+        estimator = ESTIMATORS[self.algorithm]
+        if not isinstance(kwargs.get("rollout_func"), EnvRolloutFunc):
+            raise TypeError(
+                f"AgentGRPOTrainer needs an EnvRolloutFunc rollout_func (got {type(kwargs.get('rollout_func'))})"
+            )
+        if args.num_generations < estimator.min_group_size:
+            raise ValueError(
+                f"{self.algorithm} needs num_generations >= {estimator.min_group_size} (got {args.num_generations})"
+            )
+        check_groups_stay_local(args)
+        _warn_batch_statistics(self.algorithm, args)
+        self.kl_coef = float(args.beta) if estimator.kl_in_reward else 0.0
+        reference = frozen_copy(model) if self.kl_coef else None
+        if self.kl_coef:
+            args = copy.copy(args)
+            args.beta = 0.0  # the KL goes into the reward, not into TRL's loss
+        elif args.beta:
+            _snapshot_reference(model, args.output_dir)
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        self.kl_reference = None
+        if reference is not None:
+            add_fused_lm_head(reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+            self.kl_reference = self.accelerator.prepare_model(reference, evaluation_mode=True)
+        self.add_callback(RolloutStateCallback(self.rollout_func))
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss, with log-probs scored on the loss-mask positions only (see the module docstring)."""
+        mask = inputs["completion_mask"]
+        self._scored = mask * inputs["tool_mask"] if inputs.get("tool_mask") is not None else mask
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._scored = None
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        scored = getattr(self, "_scored", None)
+        if (
+            scored is None
+            or compute_aux_loss
+            or self.args.cast_lm_head_to_fp32
+            or any(v is not None for v in multimodal.values())
+            or not supports_scored_logprobs(model)
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
+        with self.accelerator.autocast():
+            logps, entropies = shared_prompt_token_logprobs(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                scored,
+                temperature=self.temperature,
+                compute_entropy=compute_entropy,
+            )
+        return logps, entropies, None
+
+    def _get_train_sampler(self, dataset: Any = None) -> Sampler:
+        sampler = super()._get_train_sampler(dataset)
+        sampler.__class__ = EpochSeededRepeatSampler  # same state, plus set_epoch
+        return sampler
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        if not self.model.training:
+            return output  # evaluation keeps TRL's scalar advantages
+        completion_ids = output["completion_ids"]
+        batch = reward_batch(
+            [row["trajectory"] for row in inputs],
+            group_size=self.num_generations,
+            length=completion_ids.shape[1],
+            device=completion_ids.device,
+        )
+        kl = self._token_kl(output, batch) if self.kl_coef else None
+        output["advantages"] = compute_advantages(
+            batch,
+            self.algorithm,
+            mode=self.advantage_mode,
+            gamma=self.turn_gamma,
+            kl_coef=self.kl_coef,
+            kl=kl,
+            scale=ScaleRewards(str(self.scale_rewards)),
+        )
+        return output
+
+    @torch.no_grad()
+    def _token_kl(self, output: dict[str, Any], batch: RewardBatch) -> torch.Tensor:
+        """``log pi_old - log pi_ref`` per model token (0 elsewhere), scored with TRL's own log-prob routine."""
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        ref, _, _ = self._get_per_token_logps_and_entropies(
+            self.kl_reference,
+            ids,
+            mask,
+            output["completion_ids"].shape[1],
+            batch_size=self.args.per_device_train_batch_size,
+        )
+        kl = (batch.sampling_logprobs - ref.float()) * batch.model_mask
+        tokens = batch.model_mask.sum().clamp(min=1)
+        self._metrics["train"]["kl_reward/mean"].append(float(kl.sum() / tokens))
+        return kl

@@ -1,0 +1,123 @@
+"""Our rollout engine as TRL's ``rollout_func`` (:class:`EnvRolloutFunc`), and the env reward.
+
+* :class:`EnvRolloutFunc` is an :class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts`
+  that TRL calls as its ``rollout_func``. TRL hands it the prompts,
+  each repeated ``num_generations`` times (group members adjacent); it maps
+  each group back to its task, plays the ``G`` episodes of every task
+  and returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask``
+  (our ``loss_mask``: env tokens are kept out of the loss) and, per rollout,
+  its ``trajectory``. TRL merges extra fields into each input row, so the
+  trajectories reach the reward function and the trainer's advantage step as
+  data, not shared state;
+* :func:`env_reward` is the reward function: the trajectory's total env reward;
+  it also logs the episode metrics through TRL's ``log_metric`` hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agent_trainers.algorithms.shared.rollouts import EnvRollouts, episode_metrics, grpo_dataset_rows, prompt_key
+from agent_trainers.policies.sampling import TokenPolicy
+from agent_trainers.rollout.types import Trajectory
+
+__all__ = ["EnvRolloutFunc", "env_reward", "episode_metrics", "grpo_dataset_rows", "prompt_key"]
+"""``episode_metrics``, ``grpo_dataset_rows`` and ``prompt_key`` live in :mod:`..shared.rollouts` (re-exported)."""
+
+
+def env_reward(
+    completions: list[Any],
+    trajectory: list[Trajectory] | None = None,
+    log_metric: Callable[[str, float], None] | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """TRL reward function: the total env reward of each rollout (and its episode metrics, logged).
+
+    Args:
+        completions: Ignored (the reward comes from the env, not the text).
+        trajectory: One :class:`~agent_trainers.rollout.Trajectory` per rollout,
+            forwarded by TRL from :class:`EnvRolloutFunc`'s output.
+        log_metric: TRL's metric hook; receives :func:`episode_metrics`.
+        **kwargs: Other columns TRL passes; ignored.
+
+    Raises:
+        ValueError: If the rollout function did not provide trajectories.
+    """
+    if trajectory is None:
+        raise ValueError("env_reward needs the `trajectory` field; use it with EnvRolloutFunc as rollout_func")
+    if log_metric is not None:
+        for name, value in episode_metrics(trajectory).items():
+            log_metric(name, value)
+    return [t.total_reward for t in trajectory]
+
+
+def _generation_model(trainer: Any) -> contextlib.AbstractContextManager[Any]:
+    """The trainer's model, ready to generate: TRL's ``unwrap_model_for_generation`` (DDP/DeepSpeed/FSDP
+    unwrapped, ZeRO-3 parameters gathered as ``ds3_gather_for_generation`` says, gradient checkpointing off);
+    with ``use_vllm`` the model does not generate, so it is only unwrapped."""
+    if getattr(trainer, "use_vllm", False):
+        return contextlib.nullcontext(trainer.accelerator.unwrap_model(trainer.model))
+    from trl.models import unwrap_model_for_generation
+
+    return unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    )
+
+
+@dataclass
+class EnvRolloutFunc(EnvRollouts):
+    """A TRL ``rollout_func`` that plays registered envs with the rollout engine (see the module docstring).
+
+    Its attributes are :class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts`'; ``config.temperature``
+    and ``config.top_p`` are taken from the trainer at each call (TRL's loss uses the same temperature). With a
+    trainer built with ``use_vllm=True`` the default policy is TRL's vLLM engine
+    (:mod:`agent_trainers.algorithms.trl_adapter.trl_vllm`).
+    """
+
+    def _tasks(self, prompts: list[Any], group: int) -> list[tuple[str, int]]:
+        if len(prompts) % group:
+            raise ValueError(f"number of prompts must be divisible by num_generations (got {len(prompts)}, {group})")
+        tasks = []
+        for start in range(0, len(prompts), group):
+            keys = {prompt_key(p) for p in prompts[start : start + group]}
+            if len(keys) != 1:
+                raise ValueError(f"prompts {start}..{start + group - 1} are not one group of a single task")
+            key = keys.pop()
+            if key not in self._index:
+                raise KeyError("a prompt is not in the rows given to EnvRolloutFunc (build both from the same rows)")
+            tasks.append(self._index[key])
+        return tasks
+
+    def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
+        if self.policy_factory is None and getattr(trainer, "use_vllm", False):  # TRL's vLLM engine, experimental
+            from agent_trainers.algorithms.trl_adapter.trl_vllm import trl_vllm_policy
+
+            return trl_vllm_policy(trainer, self.seed + self.calls)
+        return super()._policy(model, tokenizer, trainer)
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """Play ``len(prompts)`` episodes and return them in TRL's format."""
+        training = trainer.model.training
+        group = trainer.num_generations if training else trainer.num_generations_eval
+        tasks = self._tasks(prompts, group)
+        config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
+        try:
+            with _generation_model(trainer) as model:
+                model.eval()
+                trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class, trainer), config)
+        finally:
+            trainer.model.train(training)
+        self.calls += 1
+        return {
+            "prompt_ids": [list(t.prompt_ids) for t in trajectories],
+            "completion_ids": [list(t.completion_ids) for t in trajectories],
+            "logprobs": [list(t.logprobs) for t in trajectories],
+            "env_mask": [list(t.loss_mask) if self.loss_mask else [1] * len(t.loss_mask) for t in trajectories],
+            "trajectory": trajectories,
+        }

@@ -1,0 +1,273 @@
+"""The TRL adapter: trajectories flow as data, advantages come from the registry, the loss-mask switch, real steps."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOTrainer
+
+from agent_gym.core.parsing import make_parser
+from agent_trainers.algorithms import ESTIMATORS, compute_advantages
+from agent_trainers.algorithms.shared.tensors import reward_batch
+from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
+from agent_trainers.policies import FinishReason, Generation, tiny_random_model
+from agent_trainers.rollout import RolloutConfig
+from tests.conftest import CAPITALS, VARIED_REWARD_RUBRIC, LookupEnv
+
+ENV_ID = "Test/GRPOLookup-v0"
+env_parser = make_parser("tool_call")
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=3)
+
+
+class ScriptedLookup:
+    """Looks the capital up, then answers: correctly on even batch rows, wrongly on odd ones."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, params):
+        out = []
+        for row, ids in enumerate(prompts):
+            text = self.tokenizer.decode(ids)
+            country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
+            if f"The capital of {country.country} is" in text:
+                action = f"<answer>{country.capital if row % 2 == 0 else 'Atlantis'}</answer>"
+            else:
+                action = env_parser.format_call("lookup", {"country": country.country})
+            tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            out.append(Generation(token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason=FinishReason.STOP))
+        return out
+
+
+def scripted(model, tok, seed):
+    return ScriptedLookup(tok)
+
+
+def make_trainer(
+    tmp_path,
+    algorithm="grpo",
+    advantage="turn",
+    factory=None,
+    *,
+    beta=0.0,
+    loss_mask=True,
+    tokens=24,
+    gamma=1.0,
+    env_kwargs=None,
+):
+    model, tok = tiny_random_model()
+    rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
+    fn = EnvRolloutFunc(
+        rows,
+        env_kwargs=env_kwargs or {},
+        config=RolloutConfig(max_new_tokens_per_turn=tokens, max_total_tokens=1024),
+        policy_factory=factory,
+        loss_mask=loss_mask,
+    )
+    args = make_grpo_config(
+        device="cpu", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
+        learning_rate=1e-2, max_completion_length=1024, seed=0, beta=beta,
+    )  # fmt: skip
+    return AgentGRPOTrainer(
+        model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
+        rollout_func=fn, algorithm=algorithm, advantage=advantage, gamma=gamma,
+    )  # fmt: skip
+
+
+def inputs_for(trainer, tasks):
+    rows = {r["task_index"]: r for r in trainer.rollout_func.rows}
+    return [dict(rows[t]) for t in tasks for _ in range(trainer.num_generations)]
+
+
+@pytest.mark.parametrize("algorithm", sorted(ESTIMATORS))
+def test_advantages_come_from_the_registry_on_the_trajectories_trl_passed_in(tmp_path, algorithm):
+    trainer = make_trainer(tmp_path, algorithm, "turn", scripted)
+    trainer.model.train()
+    inputs = inputs_for(trainer, [0, 1])
+    out = trainer._generate_and_score_completions(inputs)
+    trajs = [row["trajectory"] for row in inputs]  # TRL merged the rollout's fields into the rows
+    assert [t.task_index for t in trajs] == [0, 0, 1, 1] and all(len(t.turns) == 2 for t in trajs)
+    width = out["completion_ids"].shape[1]
+    expected = compute_advantages(reward_batch(trajs, group_size=2, length=width), algorithm, mode="turn")
+    assert out["advantages"].shape == out["completion_ids"].shape
+    assert torch.equal(out["advantages"], expected)
+    # the correct answerer (even row) beats the wrong one on the answer turn of the same task
+    assert out["advantages"][0, trajs[0].turns[1].start] > out["advantages"][1, trajs[1].turns[1].start]
+    assert not hasattr(trainer.rollout_func, "last_trajectories")
+
+
+@pytest.mark.parametrize("algorithm", ["rloo", "reinforce_pp"])
+def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path, one_thread, algorithm):
+    """beta > 0: the per-token KL to the frozen start policy (sampling log-probs minus the reference's, on model
+    tokens) enters the reward, and the per-turn gamma discounts; checked against an independent forward pass."""
+    trainer = make_trainer(tmp_path, algorithm, "turn", scripted, beta=0.1, gamma=0.5)
+    trainer.model.train()
+    inputs = inputs_for(trainer, [0, 1])
+    out = trainer._generate_and_score_completions(inputs)
+    trajs = [row["trajectory"] for row in inputs]
+    batch = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1])
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    width = out["completion_ids"].shape[1]
+    with torch.no_grad():  # the reference is the policy as RL starts: score with the (untouched) policy
+        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+        logits = trainer.model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
+        logp = torch.log_softmax(logits[:, -width - 1 : -1].float(), dim=-1)
+        ref = logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    kl = (batch.sampling_logprobs - ref) * batch.model_mask  # the scripted policy reports -1 per token
+    assert kl[batch.model_mask].abs().min() > 0.5
+    expected = compute_advantages(batch, algorithm, mode="turn", gamma=0.5, kl_coef=0.1, kl=kl)
+    assert torch.allclose(out["advantages"], expected, atol=1e-4)
+    for other in (
+        compute_advantages(batch, algorithm, mode="turn", gamma=0.5),  # no KL
+        compute_advantages(batch, algorithm, mode="turn", kl_coef=0.1, kl=kl),  # gamma 1
+    ):
+        assert not torch.allclose(out["advantages"], other, atol=1e-3)
+
+
+def test_outcome_grpo_with_gamma_1_equals_trls_own_advantages(tmp_path):
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
+    trainer.model.train()
+    theirs = GRPOTrainer._generate_and_score_completions(trainer, inputs_for(trainer, [2, 3]))["advantages"]
+    inputs = inputs_for(trainer, [2, 3])
+    ours = trainer._generate_and_score_completions(inputs)
+    assert theirs.shape == (4,) and theirs[0] > 0 > theirs[1]
+    for b, traj in enumerate(row["trajectory"] for row in inputs):
+        n = len(traj.completion_ids)
+        assert torch.allclose(ours["advantages"][b, :n], theirs[b].expand(n), atol=1e-6)
+        assert torch.all(ours["advantages"][b, n:] == 0)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ESTIMATORS))
+def test_loss_mask_switch_changes_exactly_the_mask(tmp_path, algorithm):
+    outs = {}
+    for on in (True, False):
+        trainer = make_trainer(tmp_path / str(on), algorithm, "turn", scripted, loss_mask=on)
+        trainer.model.train()
+        inputs = inputs_for(trainer, [1])
+        outs[on] = (trainer._generate_and_score_completions(inputs), [r["trajectory"] for r in inputs])
+    (masked, trajs), (unmasked, _) = outs[True], outs[False]
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages"):
+        assert torch.equal(masked[key], unmasked[key]), key
+    for b, t in enumerate(trajs):
+        n = len(t.loss_mask)
+        assert masked["tool_mask"][b, :n].tolist() == t.loss_mask and 0 in t.loss_mask
+        assert unmasked["tool_mask"][b, :n].tolist() == [1] * n
+    assert masked["num_items_in_batch"] == sum(sum(t.loss_mask) for t in trajs)
+    assert unmasked["num_items_in_batch"] == sum(len(t.loss_mask) for t in trajs)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "beta"), [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0)]
+)
+def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
+    trainer = make_trainer(  # the real TransformersPolicy
+        tmp_path, algorithm, "turn", tokens=8, beta=beta, env_kwargs={"rubric": VARIED_REWARD_RUBRIC}
+    )
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 1
+    changed = sum(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    assert changed > 0
+    logged = trainer.state.log_history[0]
+    assert logged["rollout/turns"] >= 1
+    if beta:  # the reference is the initial policy, and the rollout's log-probs are the policy's: KL ~ 0
+        assert trainer.args.beta == 0.0 and trainer.kl_coef == beta
+        assert abs(logged["kl_reward/mean"]) < 1e-4
+
+
+def test_epoch_order_depends_only_on_seed_and_epoch(tmp_path):
+    from agent_trainers.algorithms.trl_adapter.grpo import EpochSeededRepeatSampler
+
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, EpochSeededRepeatSampler)
+    orders = []
+    for epoch in (0, 1, 0):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert orders[0] == orders[2] != orders[1] and sorted(orders[0]) == sorted(orders[1])
+    unshuffled = EpochSeededRepeatSampler(range(4), mini_repeat_count=2, shuffle=False, seed=0)
+    unshuffled.set_epoch(3)
+    assert list(unshuffled) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted, beta=0.1)
+    assert trainer.beta == 0.1 and trainer.kl_coef == 0.0 and (tmp_path / "reference" / "config.json").is_file()
+    ref = dict(trainer.ref_model.named_parameters())
+    for name, p in trainer.model.named_parameters():
+        assert torch.equal(p, ref[name]), name
+
+
+def test_contract_and_clear_errors(tmp_path):
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
+    rows = trainer.rollout_func.rows
+    out = trainer.rollout_func([rows[3]["prompt"]] * 2, trainer)
+    assert set(out) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", "trajectory"}
+    for ids, mask, lps in zip(out["completion_ids"], out["env_mask"], out["logprobs"], strict=True):
+        assert len(ids) == len(mask) == len(lps) and 0 in mask and 1 in mask
+    with pytest.raises(ValueError, match="not one group"):
+        trainer.rollout_func([rows[0]["prompt"], rows[1]["prompt"]], trainer)
+    with pytest.raises(KeyError, match="not in the rows"):
+        trainer.rollout_func([[{"role": "user", "content": "?"}]] * 2, trainer)
+    with pytest.raises(ValueError, match="needs the `trajectory` field"):
+        env_reward(["x"])
+    with pytest.raises(TypeError, match="needs an EnvRolloutFunc"):
+        AgentGRPOTrainer(model=trainer.model, reward_funcs=[env_reward], args=trainer.args, rollout_func=None)
+
+
+def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypatch):
+    """The trainer's own scoring (LM head on model tokens only) gives TRL's loss, gradients and entropy metric."""
+    import agent_trainers.algorithms.trl_adapter.grpo as grpo
+
+    results, real = [], grpo.shared_prompt_token_logprobs
+    for ours in (True, False):
+        trainer = make_trainer(tmp_path / str(ours), "grpo", "turn", scripted)
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop
+        out = trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
+        assert 0 in out["tool_mask"] and 1 in out["tool_mask"]  # env tokens in the completions
+        calls: list[torch.Tensor] = []
+        monkeypatch.setattr(
+            grpo, "shared_prompt_token_logprobs", lambda *a, c=calls, **k: c.append(a[4]) or real(*a, **k)
+        )
+        monkeypatch.setattr(grpo, "supports_scored_logprobs", lambda model, on=ours: on)
+        loss = trainer._compute_loss(trainer.model, out)
+        loss.backward()
+        assert len(calls) == int(ours)
+        if ours:  # only the model's tokens go through the LM head
+            assert torch.equal(calls[0], out["completion_mask"] * out["tool_mask"])
+        grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+        results.append((loss.detach(), grad, trainer._metrics["train"]["entropy"][-1]))
+        if ours:
+            # outside the loss (TRL's old/reference log-probs) TRL's own path is used again
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, out["completion_ids"].shape[1])
+            assert len(calls) == 1
+            # without a tool mask (no env tokens to leave out) every completion token is scored
+            with torch.no_grad():
+                trainer._compute_loss(trainer.model, {k: v for k, v in out.items() if k != "tool_mask"})
+            assert len(calls) == 2 and torch.equal(calls[1], out["completion_mask"])
+    (loss_a, grad_a, ent_a), (loss_b, grad_b, ent_b) = results
+    assert torch.allclose(loss_a, loss_b, atol=1e-6) and loss_a != 0
+    assert torch.allclose(grad_a, grad_b, atol=1e-6) and ent_a == pytest.approx(ent_b, abs=1e-6)
+
+
+def test_micro_batch_args_split_one_generation_into_accumulated_micro_batches():
+    from agent_trainers.algorithms.trl_adapter.trl_args import micro_batch_args
+
+    assert micro_batch_args(8, 2) == {
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 4,
+        "steps_per_generation": 4,
+    }
+    with pytest.raises(ValueError, match=r"divide the rollouts per step \(got 3 and 8\)"):
+        micro_batch_args(8, 3)
