@@ -177,7 +177,7 @@ def _episode(data: st.DataObject, env: gym.Env, tally: Tally, steps: int, bar: t
             bar.update(1)
         if terminated or truncated:
             break
-    tally.found_evidence += bool(info.get("evidence_found"))
+    tally.found_evidence += bool(info["evidence_found"])
     tally.correct += info.get("metrics", {}).get("answer_em") == 1.0
 
 

@@ -155,19 +155,19 @@ def _open(s: MethodSettings, info: TaskInfo, retrieve: bool) -> _Question:
     seed = s.seed + info.index
     _obs, reset_info = env.reset(seed=seed, options={"task_index": info.index})
     user = next(m["content"] for m in reset_info["messages"] if m["role"] == "user")
-    q = _Question(info, env, seed, [], evidence=(0, int(reset_info.get("evidence_total", 0))))
+    q = _Question(info, env, seed, [], evidence=(0, int(reset_info["evidence_total"])))
     if not retrieve:
         q.messages = [{"role": "system", "content": CLOSED_BOOK_PROMPT}, {"role": "user", "content": user}]
         return q
-    names = [t.get("function", t).get("name") for t in reset_info.get("tools", [])]
+    names = [t.get("function", t).get("name") for t in reset_info["tools"]]
     if "search" not in names:
         env.close()
         raise ValueError(f"naive-rag needs an env with a `search` tool; {s.env_id} has {names}")
     call = env.unwrapped.parser.format_call("search", {"query": info.question})
     _obs, reward, _term, _trunc, step = env.step(call)  # the harness's search, through the env's own tool
     q.reward = float(reward)
-    q.evidence = (int(step.get("evidence_found", 0)), int(step.get("evidence_total", 0)))
-    q.tool_message = "\n".join(str(c["content"]) for c in step.get("tool_calls", []))
+    q.evidence = (int(step["evidence_found"]), int(step["evidence_total"]))
+    q.tool_message = "\n".join(str(c["content"]) for c in step["tool_calls"])
     documents = f"Documents:\n{q.tool_message}\n\n{user}"
     q.messages = [{"role": "system", "content": NAIVE_RAG_PROMPT}, {"role": "user", "content": documents}]
     return q
@@ -195,16 +195,16 @@ def _finish(q: _Question, reply: dict[str, Any], s: MethodSettings) -> EpisodeRe
     q.env.close()
     metrics = {k: float(v) for k, v in step.get("metrics", {}).items()}
     ids = list(reply["ids"])
-    terms = {k: float(v) for k, v in step.get("reward_terms", {}).items()}
+    terms = {k: float(v) for k, v in step["reward_terms"].items()}
     turn = TurnSpan(0, len(ids), len(ids), float(reward), terms)
-    turn.format_errors = [str(e) for e in step.get("format_errors", [])]
+    turn.format_errors = [str(e) for e in step["format_errors"]]
     messages = [*q.messages, {"role": "assistant", "content": reply["text"]}]
     traj = Trajectory(s.env_id, dict(s.env_kwargs), q.seed, q.info.id, q.info.index, 0, list(reply["prompt_ids"]))
     traj.completion_ids, traj.loss_mask, traj.logprobs = ids, [1] * len(ids), [float(x) for x in reply["logprobs"]]
     traj.turns, traj.messages, traj.metrics = [turn], messages, metrics
-    traj.stop_reason = str(step.get("stop_reason") or ("answer" if terminated else "")) or "no_answer"
+    traj.stop_reason = str(step["stop_reason"] or ("answer" if terminated else "")) or "no_answer"
     traj.terminated, traj.truncated = bool(terminated), bool(truncated) and not terminated
-    found = int(step.get("evidence_found", q.evidence[0]))
+    found = int(step["evidence_found"])
     traj.evidence_found, traj.evidence_total = found, q.evidence[1]
     return EpisodeRecord(
         task_index=q.info.index,

@@ -142,9 +142,9 @@ class TRLEnvironment:
             self.done = True
             return f"Error: {err}"
         self.total_reward += float(reward)
-        self.reward_terms.append(dict(info.get("reward_terms", {})))
+        self.reward_terms.append(dict(info["reward_terms"]))
         self.done = bool(terminated or truncated)
-        shown = [m["content"] for m in info.get("new_messages", []) if m["role"] in ("tool", "user")]
+        shown = [m["content"] for m in info["new_messages"] if m["role"] in ("tool", "user")]
         if terminated:
             shown.append("Answer recorded; the episode is over.")
         elif truncated:
