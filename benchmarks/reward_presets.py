@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"mean turns {statistics.mean(r['turns'] for r in answered) if answered else 0:.2f}), "
         f"{len(unanswered)} never answered"
     )
-    print("| preset | mean return, answered | mean return, never answered | paired gap answered - not [95% CI] (tasks) |")
+    print("| preset | mean return, answered | mean return, never answered | paired gap answered - not [95% CI] |")
     print("|---|---|---|---|")
     for p in presets:
         a = statistics.mean(r["returns"][p] for r in answered) if answered else float("nan")

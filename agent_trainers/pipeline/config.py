@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -38,6 +38,7 @@ from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
 from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, changed_settings
 from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
 from agent_trainers.policies.loader import Device
+from agent_trainers.policies.threads import Threads
 from agent_trainers.rollout.config import RolloutConfig
 
 __all__ = [
@@ -126,7 +127,7 @@ class TrainConfig(_Section):
 
     seed: int = 0
     """Seeds Python, NumPy, torch, the envs and the samplers."""
-    threads: Annotated[int, Field(ge=0)] | Literal["auto"] = 1
+    threads: Threads = 1
     """torch CPU threads (0: torch's default; ``auto``: the cores idle at start, i.e. cores minus the
     1-minute load average, at least 1). 1 by default: on a shared 2-core machine torch's default of 2
     threads oversubscribes the cores and made SmolLM2 decoding ~100x slower; on an idle 2-core machine

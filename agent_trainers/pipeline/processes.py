@@ -6,19 +6,13 @@ stay in step), but ``config.yaml``, ``metrics.jsonl``, plots, ``sft/``,
 ``final/`` and the printed table come from rank 0 alone. The rank is read from
 the ``RANK`` variable the launchers set, so asking does not initialise
 ``torch.distributed`` (TRL's trainer does that, with gloo on CPUs).
-
-``threads`` settings are parsed, resolved and applied by :mod:`agent_trainers.policies.threads`;
-:func:`torch_threads` and :func:`idle_cores` are its ``resolve_threads`` and ``idle_cores``.
 """
 
 from __future__ import annotations
 
 import os
 
-from agent_trainers.policies.threads import idle_cores
-from agent_trainers.policies.threads import resolve_threads as torch_threads
-
-__all__ = ["idle_cores", "is_main_process", "process_rank", "torch_threads"]
+__all__ = ["is_main_process", "process_rank"]
 
 
 def process_rank() -> int:

@@ -29,9 +29,10 @@ from agent_trainers.evaluation.metrics import Direction, View, metric_spec, show
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
-from agent_trainers.pipeline.processes import is_main_process, torch_threads
+from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.pipeline.stages import STAGES, RunState
 from agent_trainers.policies.loader import load_model
+from agent_trainers.policies.threads import apply_threads
 
 __all__ = ["RunResult", "run_training", "seed_everything"]
 
@@ -96,9 +97,7 @@ def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequen
     if main:
         (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
-    threads = torch_threads(config.threads)
-    if threads:
-        torch.set_num_threads(threads)
+    threads = apply_threads(config.threads)
     if main and config.threads == "auto":
         print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
     model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)

@@ -77,12 +77,12 @@ def test_defaults_are_valid_and_round_trip():
 
 @pytest.mark.parametrize(("load", "cores"), [(0.2, 2), (0.6, 1), (1.0, 1), (3.5, 1)])
 def test_threads_auto_takes_the_cores_idle_at_start(monkeypatch, load, cores):
-    from agent_trainers.pipeline import processes
+    from agent_trainers.policies import threads
 
-    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(processes.os, "getloadavg", lambda: (load, 0.0, 0.0))
-    assert processes.torch_threads("auto") == cores
-    assert processes.torch_threads(0) is None and processes.torch_threads(3) == 3
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert threads.resolve_threads("auto") == cores
+    assert threads.resolve_threads(0) is None and threads.resolve_threads(3) == 3
     assert config_from_dict({"threads": "auto"}).threads == "auto"
     with pytest.raises(ValueError) as info:
         config_from_dict({"threads": -1})
