@@ -196,6 +196,8 @@ class TrainConfig(_Section):
         TRAINER_READS[self.algorithm].refuse_unread(changed)
         if self.algorithm is Algorithm.PPO:
             check_ppo_settings(rl, self.ppo, self.rollout)
+            if self.report_to is ReportTo.WANDB:
+                raise ValueError("report_to: ppo writes its curves to metrics.jsonl and TensorBoard, not wandb")
         elif rl.episodes_per_step % rl.micro_batch:
             raise ValueError(
                 f"rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got {rl.micro_batch} "

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLog", "plot_metrics", "read_jsonl"]
+__all__ = ["MetricsLog", "plot_curves", "plot_metrics", "read_jsonl"]
 
 
 class MetricsLog:
@@ -81,6 +81,64 @@ def plot_metrics(
         ax.set_xlabel(x)
         ax.set_title((titles or {}).get(key, key))
         ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_curves(
+    records: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    keys: Sequence[str],
+    title: str = "",
+    titles: Mapping[str, str] | None = None,
+    reference: str = "after_sft",
+) -> Path | None:
+    """Held-aside learning curves: each key's mean against the RL step with its 95% band, and the level of the
+    ``reference`` phase (the SFT checkpoint) as a dashed line.
+
+    ``records`` are eval records of ``metrics.jsonl`` (``phase``, ``step``, ``<key>`` and, when logged,
+    ``<key>_low`` / ``<key>_high``). The reference phase is drawn as a line across the plot, not as a point
+    of the curve; ``before`` (the untrained model) as a red cross.
+
+    Returns:
+        The PNG path, or None if nothing could be plotted.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in keys if any(isinstance(r.get(k), int | float) for r in records)]
+    if not keys:
+        return None
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        have = [r for r in records if isinstance(r.get(key), int | float) and "step" in r]
+        curve = sorted((r for r in have if r.get("phase") not in ("before", reference)), key=lambda r: r["step"])
+        if curve:
+            steps = [r["step"] for r in curve]
+            ax.plot(steps, [r[key] for r in curve], marker="o", label="RL")
+            banded = [r for r in curve if f"{key}_low" in r and f"{key}_high" in r]
+            if banded:
+                ax.fill_between([r["step"] for r in banded], [r[f"{key}_low"] for r in banded],
+                                [r[f"{key}_high"] for r in banded], alpha=0.2, label="95% interval")  # fmt: skip
+        for r in (r for r in have if r.get("phase") == reference):
+            ax.axhline(r[key], color="gray", linestyle="--", label="SFT")
+            if f"{key}_low" in r and f"{key}_high" in r:
+                ax.axhspan(r[f"{key}_low"], r[f"{key}_high"], color="gray", alpha=0.1)
+        for r in (r for r in have if r.get("phase") == "before"):
+            ax.scatter([r["step"]], [r[key]], marker="x", color="red", s=60, zorder=3, label="before training")
+        ax.set_xlabel("RL step")
+        ax.set_title((titles or {}).get(key, key))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -30,6 +30,8 @@ import torch
 from transformers import TrainerCallback
 
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
+from agent_trainers.algorithms.shared.diagnostics import alarms, canonical, step_line
+from agent_trainers.algorithms.shared.settings import ReportTo
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
@@ -37,7 +39,7 @@ from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 
-__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "rl_step_line", "train_tasks"]
+__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "train_tasks"]
 
 EVAL_SEED = 12345
 """Env seed of every evaluation (tool noise), so evaluations are comparable."""
@@ -110,7 +112,10 @@ class RunState:
         model.train(was_training)
         summary = EvalSummary.from_json(run.summary)
         self.evals.append((phase, summary))
-        self.log.write({"stage": "eval", "phase": phase, "step": step, "episodes": summary.episodes, **summary.means()})
+        bounds = {f"{k}_{end}": getattr(v, end) for k, v in summary.metrics.items() for end in ("low", "high")}
+        self.log.write(
+            {"stage": "eval", "phase": phase, "step": step, "episodes": summary.episodes, **summary.means(), **bounds}
+        )
         return summary
 
 
@@ -178,44 +183,54 @@ def run_sft_stage(state: RunState) -> None:
 
 
 # ---------------------------------------------------------------------- RL
-def rl_step_line(step: int, max_steps: int, step_times: list[float], reward: float | None) -> str:
-    """One progress line per RL step: its wall time, the mean so far, the train reward and the ETA.
-
-    Example:
-        >>> rl_step_line(2, 8, [90.0, 70.0], 0.25)
-        'RL step 2/8: 70.0 s (mean 80.0 s/step), train reward 0.250, ETA 8.0 min'
-    """
-    mean = sum(step_times) / len(step_times)
-    shown = "absent" if reward is None else f"{reward:.3f}"
-    eta = (max_steps - step) * mean / 60
-    return (
-        f"RL step {step}/{max_steps}: {step_times[-1]:.1f} s (mean {mean:.1f} s/step), "
-        f"train reward {shown}, ETA {eta:.1f} min"
-    )
-
-
 class _RLCallback(TrainerCallback):
-    """Logs the metrics to ``metrics.jsonl``, prints each step's time, evaluates every ``eval.every`` steps."""
+    """Logs the metrics and the step diagnostics (:mod:`~agent_trainers.algorithms.shared.diagnostics`) to
+    ``metrics.jsonl``, prints each step's line and its alarms, evaluates every ``eval.every`` steps."""
 
     def __init__(self, state: RunState, trainer: Any):
         self.state, self.trainer = state, trainer
         self.step_times: list[float] = []
+        self.first: dict[str, float] | None = None
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         numeric = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
+        diagnostics = canonical(numeric)
         self.state.log.write(
-            {**numeric, "stage": "rl", "algorithm": str(self.state.config.algorithm), "step": int(state.global_step)}
+            {
+                **numeric,
+                **diagnostics,
+                "stage": "rl",
+                "algorithm": str(self.state.config.algorithm),
+                "step": int(state.global_step),
+            }
         )
         if "step_time" in numeric and is_main_process():
             self.step_times.append(numeric["step_time"])
-            line = rl_step_line(int(state.global_step), int(state.max_steps), self.step_times, numeric.get("reward"))
-            print(line, flush=True)
+            self.first = self.first or diagnostics
+            print(step_line(int(state.global_step), int(state.max_steps), self.step_times, diagnostics), flush=True)
+            for alarm in alarms(diagnostics, self.first):
+                print(f"  !! {alarm}", flush=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         every = self.state.config.eval.every
         if every and state.global_step % every == 0 and state.global_step < state.max_steps:
             step = int(state.global_step)
             self.state.evaluate(f"rl_step_{step}", step, model=self.trainer.model)
+
+
+class _TensorBoardLog(TrainerCallback):
+    """PPO's per-step logs as TensorBoard scalars under ``<run>/rl/runs/`` (TRL's trainers write their own)."""
+
+    def __init__(self, folder: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(folder))
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        numeric = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
+        for name, value in {**numeric, **canonical(numeric)}.items():
+            self.writer.add_scalar(f"train/{name}", value, int(state.global_step))
+        self.writer.flush()
 
 
 def run_trl_rl_stage(state: RunState) -> None:
@@ -230,7 +245,13 @@ def run_trl_rl_stage(state: RunState) -> None:
     c, r = state.config, state.config.rl
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
     rollout_fn = EnvRolloutFunc(
-        rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed, loss_mask=r.loss_mask
+        rows,
+        env_kwargs=c.env.train_kwargs,
+        config=c.rollout,
+        seed=c.seed,
+        loss_mask=r.loss_mask,
+        dynamic_sampling=r.dynamic_sampling,
+        dynamic_sampling_tries=r.dynamic_sampling_tries,
     )
     out = str(state.out / "rl")
     args = grpo_args(r, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to)
@@ -278,6 +299,8 @@ def run_ppo_stage(state: RunState) -> None:
         bf16=c.bf16,
     )
     trainer.add_callback(_RLCallback(state, trainer))
+    if c.report_to is ReportTo.TENSORBOARD and is_main_process():
+        trainer.add_callback(_TensorBoardLog(state.out / "rl" / "runs"))
     for callback in state.callbacks:
         trainer.add_callback(callback)
     checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None

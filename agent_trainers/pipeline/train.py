@@ -25,10 +25,11 @@ import yaml
 from transformers import TrainerCallback, set_seed
 
 from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
-from agent_trainers.pipeline.plots import MetricsLog, plot_metrics, read_jsonl
+from agent_trainers.pipeline.plots import MetricsLog, plot_curves, plot_metrics, read_jsonl
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.pipeline.stages import STAGES, RunState
 from agent_trainers.policies.loader import load_model
@@ -64,19 +65,20 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     records = read_jsonl(out / "metrics.jsonl")
     keys = shown_in(View.PLOT)
     better = {k: f"{k} ({metric_spec(k).direction} is better)" for k in keys}
-    plot = plot_metrics(
+    plot = plot_curves(
         [r for r in records if r.get("stage") == "eval"],
         out / "plots" / "eval.png",
         keys=keys,
-        title=f"{config.env.id}: held-aside eval",
+        title=f"{config.env.id}: held-aside eval (mean, 95% interval; dashed: after SFT)",
         titles={k: t for k, t in better.items() if metric_spec(k).direction is not Direction.NEITHER},
     )
-    plot_metrics(
-        [r for r in records if r.get("stage") == "rl"],
-        out / "plots" / "train.png",
-        keys=["reward", "loss", "rollout/turns", "episode/answer_f1"],
-        title=f"{config.algorithm} training",
-    )
+    rl = [r for r in records if r.get("stage") == "rl"]
+    plot_metrics(rl, out / "plots" / "train.png", keys=["reward", "loss", "rollout/turns", "episode/answer_f1"],
+                 title=f"{config.algorithm} training")  # fmt: skip
+    names = [d.name for d in DIAGNOSTICS]
+    for part, chunk in enumerate((names[:7], names[7:]), 1):
+        plot_metrics(rl, out / "plots" / f"diagnostics_{part}.png", keys=chunk,
+                     title=f"{config.algorithm}: per-step diagnostics ({part}/2)")  # fmt: skip
     return plot
 
 

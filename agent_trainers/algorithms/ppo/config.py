@@ -76,7 +76,7 @@ class PPOConfig:
     vf_coef: float = Field(default=0.5, ge=0)
     """Weight of the value loss."""
     ent_coef: float = Field(default=0.0, ge=0)
-    """Weight of the entropy bonus (0: entropies are not computed)."""
+    """Weight of the entropy bonus (0: none; the entropy is logged either way)."""
     norm_adv: bool = True
     """Whiten advantages (mean 0, std 1) over the tokens in the policy loss."""
     kl_penalty: KLPlacement = KLPlacement.REWARD
@@ -113,6 +113,7 @@ PPO_READS = Reads(
             "rl.loss_mask",
             "rl.advantage_mask",
             "rl.save_steps",
+            "report_to",
         }
     ),
     {
@@ -124,7 +125,8 @@ PPO_READS = Reads(
         "rl.scale_rewards": "ppo whitens advantages when ppo.norm_adv is true",
         "rl.vllm": "ppo generates with the trained model itself",
         "rl.vllm_server_url": "ppo generates with the trained model itself",
-        "report_to": "ppo writes its curves to metrics.jsonl only",
+        "rl.dynamic_sampling": "ppo's critic is its baseline: a tied group still trains the critic",
+        "rl.dynamic_sampling_tries": "it bounds rl.dynamic_sampling, which ppo does not read",
     },
 )
 """The shared RL settings :class:`~agent_trainers.algorithms.ppo.PPOTrainer` reads (every ``ppo.*`` field too)."""

@@ -385,7 +385,7 @@ class PPOTrainer:
             **inputs,
             temperature=self.rollout.config.temperature,
             scored=self._scored(batch, rows, w),
-            entropy=p.ent_coef > 0,
+            entropy=True,  # logged every step; a bonus only when ent_coef > 0
         )
         old_logp, adv = batch.old_logprobs[rows, :w], batch.advantages[rows, :w]
         pol, val, agent = batch.policy_mask[rows, :w], batch.gae_mask[rows, :w], batch.rewards.model_mask[rows, :w]
@@ -406,7 +406,8 @@ class PPOTrainer:
         }
         if entropy is not None:
             mean_entropy = (entropy * pol).sum() / tokens["policy"]
-            loss = loss - p.ent_coef * mean_entropy
+            if p.ent_coef > 0:
+                loss = loss - p.ent_coef * mean_entropy
             parts["entropy"] = mean_entropy.item()
         if batch.ref_logprobs is not None and p.kl_penalty is KLPlacement.LOSS:
             kl = (kl_k3(logp, batch.ref_logprobs[rows, :w]) * agent).sum() / tokens["agent"]
@@ -436,7 +437,7 @@ class PPOTrainer:
         if batch.ref_logprobs is not None:
             kl = kl_k1(batch.old_logprobs, batch.ref_logprobs)
             out["ppo/kl_ref"] = float(masked_mean(kl, batch.rewards.model_mask))
-        return out | episode_metrics(trajectories)
+        return out | episode_metrics(trajectories) | self.rollout.last_stats
 
     # ------------------------------------------------------------ checkpoints
     def save(self) -> Path:

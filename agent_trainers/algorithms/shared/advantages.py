@@ -130,6 +130,9 @@ class Estimator:
 
 
 ESTIMATORS: dict[str, Estimator] = {}
+
+GROUP_BASELINE_READS = frozenset({"rl.dynamic_sampling", "rl.dynamic_sampling_tries"})
+"""Settings of the estimators with a group baseline: a group whose returns all tie gives them no signal."""
 """The registry: algorithm name -> :class:`Estimator`."""
 
 
@@ -200,7 +203,7 @@ def _step_baselines(
     return baseline, divisor, turn_value
 
 
-@register(Algorithm.GRPO, kl_in_reward=False, reads=frozenset({"rl.scale_rewards"}))
+@register(Algorithm.GRPO, kl_in_reward=False, reads=frozenset({"rl.scale_rewards"}) | GROUP_BASELINE_READS)
 def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Group-relative: centre (and scale) by the group's rollouts (outcome) or per step (turn)."""
     if opts.mode is AdvantageMode.TURN:
@@ -219,7 +222,7 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
     return centred / (stds[:, None] + opts.eps)
 
 
-@register(Algorithm.RLOO, kl_in_reward=True, min_group_size=2)
+@register(Algorithm.RLOO, kl_in_reward=True, min_group_size=2, reads=GROUP_BASELINE_READS)
 def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
     if opts.mode is AdvantageMode.TURN:
@@ -236,7 +239,7 @@ def reinforce_pp(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch
     return _whiten(values, batch.model_mask, opts.eps)
 
 
-@register(Algorithm.REINFORCE_PP_BASELINE, kl_in_reward=True)
+@register(Algorithm.REINFORCE_PP_BASELINE, kl_in_reward=True, reads=GROUP_BASELINE_READS)
 def reinforce_pp_baseline(
     values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options
 ) -> torch.Tensor:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,13 @@ from agent_trainers.rollout.config import RolloutConfig
 from agent_trainers.rollout.engine import rollout
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["EnvRollouts", "episode_metrics", "grpo_dataset_rows", "prompt_key"]
+__all__ = ["EnvRollouts", "episode_metrics", "grpo_dataset_rows", "prompt_key", "returns_tie"]
+
+
+def returns_tie(group: Sequence[Trajectory]) -> bool:
+    """Whether every rollout of a group earned the same return (within 1e-9): no signal for a group baseline."""
+    returns = [t.total_reward for t in group]
+    return max(returns) - min(returns) <= 1e-9
 
 
 def prompt_key(prompt: Any) -> str:
@@ -61,14 +69,31 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
     Keys: ``rollout/turns`` (model turns, over every episode), ``rollout/answered``
     (fraction that ended with an answer), ``rollout/stop/<reason>`` fractions,
-    and ``episode/<name>`` for each env metric averaged over the episodes that
-    report it (envs report metrics only when an episode ends by itself).
+    ``rollout/evidence`` (share of the gold evidence found, over the episodes whose task has some),
+    ``rollout/format_errors`` (share of model turns the env refused as malformed), ``groups/tied``
+    (share of groups whose returns all tie: no signal for a group baseline), ``groups/reward_std``
+    (the mean spread of returns within a group), ``tokens/model`` and ``tokens/total`` (model tokens,
+    and prompt plus completion tokens, summed), and ``episode/<name>`` for each env metric averaged over
+    the episodes that report it (envs report metrics only when an episode ends by itself).
     """
     if not trajectories:
         return {}
     n = len(trajectories)
     out = {"rollout/turns": sum(len(t.turns) for t in trajectories) / n}
     out["rollout/answered"] = sum(t.answered for t in trajectories) / n
+    with_evidence = [t for t in trajectories if t.evidence_total > 0]
+    if with_evidence:
+        out["rollout/evidence"] = sum(t.evidence_found / t.evidence_total for t in with_evidence) / len(with_evidence)
+    turns = [turn for t in trajectories for turn in t.turns]
+    if turns:
+        out["rollout/format_errors"] = sum(bool(turn.format_errors) for turn in turns) / len(turns)
+    groups: dict[tuple[str, int, int], list[float]] = {}
+    for t in trajectories:
+        groups.setdefault((t.env_id, t.group_id, t.task_index), []).append(t.total_reward)
+    out["groups/tied"] = sum(max(g) - min(g) <= 1e-9 for g in groups.values()) / len(groups)
+    out["groups/reward_std"] = sum(statistics.pstdev(g) for g in groups.values()) / len(groups)
+    out["tokens/model"] = float(sum(turn.end - turn.start for turn in turns))
+    out["tokens/total"] = float(sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories))
     for name in sorted({k for t in trajectories for k in t.metrics}):
         values = [float(t.metrics[name]) for t in trajectories if name in t.metrics]
         finite = [v for v in values if math.isfinite(v)]
@@ -95,7 +120,11 @@ class EnvRollouts:
         policy_factory: Builds the policy from ``(model, tokenizer, seed)``; default
             :class:`~agent_trainers.policies.TransformersPolicy` on the trainer's
             model; pass one for a scripted policy in tests.
+        dynamic_sampling: Drop groups whose returns all tie and refill their slots with fresh tasks
+            (:meth:`refill`; ``rl.dynamic_sampling``).
+        dynamic_sampling_tries: The most refill rounds per call.
         calls: Rollout calls made so far (saved in checkpoints).
+        last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off).
     """
 
     rows: Sequence[Mapping[str, Any]]
@@ -105,7 +134,10 @@ class EnvRollouts:
     batch_size: int = 8
     loss_mask: bool = True
     policy_factory: Callable[[Any, Any, int], TokenPolicy] | None = None
+    dynamic_sampling: bool = False
+    dynamic_sampling_tries: int = 3
     calls: int = 0
+    last_stats: dict[str, float] = field(default_factory=dict, repr=False)
     _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -130,9 +162,67 @@ class EnvRollouts:
     def play(
         self, tasks: list[tuple[str, int]], group: int, policy: TokenPolicy, config: RolloutConfig
     ) -> list[Trajectory]:
-        """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given."""
+        """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given (refilled when
+        ``dynamic_sampling`` is on)."""
+        trajectories = self._play_tasks(tasks, group, policy, config, self.seed + 100_003 * self.calls)
+        self.last_stats = {}
+        if self.dynamic_sampling:
+            trajectories = self.refill(tasks, trajectories, group, policy, config)
+        return trajectories
+
+    def refill(
+        self,
+        tasks: list[tuple[str, int]],
+        trajectories: list[Trajectory],
+        group: int,
+        policy: TokenPolicy,
+        config: RolloutConfig,
+    ) -> list[Trajectory]:
+        """DAPO's dynamic sampling: replace each group whose returns all tie by a fresh task's group that varies.
+
+        Fresh tasks are drawn without replacement from the rows not played in this call (seeded by the
+        call counter, so a resumed run draws the same); each round plays one group per tied slot, for at
+        most ``dynamic_sampling_tries`` rounds; a slot still tied after them keeps its first group. The
+        kept groups are renumbered to their slots. Sets :attr:`last_stats`: ``groups_played``,
+        ``dropped`` (share of the groups played that were tied and left out), ``rounds`` and
+        ``kept_tied`` (tied groups left in the batch).
+        """
+        slots = [trajectories[k * group : (k + 1) * group] for k in range(len(tasks))]
+        tied = [k for k, g in enumerate(slots) if returns_tie(g)]
+        played, dropped, rounds = len(slots), 0, 0
+        used = set(tasks)
+        pool = [t for t in dict.fromkeys(self._index.values()) if t not in used]
+        draw = random.Random(f"{self.seed}/{self.calls}/dynamic-sampling")
+        while tied and rounds < self.dynamic_sampling_tries and pool:
+            rounds += 1
+            fresh = [pool.pop(draw.randrange(len(pool))) for _ in range(min(len(tied), len(pool)))]
+            seed = self.seed + 100_003 * self.calls + 7_919 * rounds
+            new = self._play_tasks(fresh, group, policy, config, seed)
+            played += len(fresh)
+            for k in range(len(fresh)):
+                candidate = new[k * group : (k + 1) * group]
+                if returns_tie(candidate):
+                    dropped += 1
+                    continue
+                dropped += 1  # the tied group this one replaces
+                slots[tied.pop(0)] = candidate
+        out = []
+        for k, g in enumerate(slots):
+            for t in g:
+                t.group_id = k
+            out += g
+        self.last_stats = {
+            "dynamic_sampling/groups_played": float(played),
+            "dynamic_sampling/dropped": dropped / played,
+            "dynamic_sampling/rounds": float(rounds),
+            "dynamic_sampling/kept_tied": float(len(tied)),
+        }
+        return out
+
+    def _play_tasks(
+        self, tasks: list[tuple[str, int]], group: int, policy: TokenPolicy, config: RolloutConfig, seed: int
+    ) -> list[Trajectory]:
         trajectories: list[Trajectory] = []
-        seed = self.seed + 100_003 * self.calls
         for env_id in dict.fromkeys(e for e, _ in tasks):
             indices = [i for e, i in tasks if e == env_id]
             trajectories += rollout(

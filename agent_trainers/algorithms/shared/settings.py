@@ -120,6 +120,13 @@ class RLConfig(BaseModel):
     advantage_mask: bool = True
     """``ppo`` only: GAE over agent tokens, bootstrapping across env tokens; ``false`` runs it over every
     token (the paper's ablation). The other algorithms have no per-token value to bootstrap."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a group whose rollouts all earn the same return carries no signal for a group
+    baseline, so it is dropped and its slot refilled with a fresh training task's group, for up to
+    ``dynamic_sampling_tries`` extra rounds per step (groups still tied after them stay). ``grpo``, ``rloo`` and
+    ``reinforce_pp_baseline`` (the algorithms with a group baseline)."""
+    dynamic_sampling_tries: int = Field(default=3, ge=1)
+    """With ``dynamic_sampling``: the most extra rollout rounds per step (each plays one fresh group per tied slot)."""
     save_steps: int = Field(default=4, ge=1)
     """Checkpoint every N steps (and at the end)."""
     vllm: VLLMMode = VLLMMode.NONE

@@ -114,6 +114,8 @@ class EnvRolloutFunc(EnvRollouts):
         finally:
             trainer.model.train(training)
         self.calls += 1
+        for name, value in self.last_stats.items():  # dynamic sampling's figures, logged with TRL's own
+            trainer._metrics["train" if training else "eval"][name].append(value)
         return {
             "prompt_ids": [list(t.prompt_ids) for t in trajectories],
             "completion_ids": [list(t.completion_ids) for t in trajectories],

@@ -43,6 +43,9 @@ TRL_READS = Reads(
     {
         "rl.advantage_mask": "it switches GAE, which only ppo runs; the others have no per-token values",
         "rl.scale_rewards": "only grpo scales by a standard deviation",
+        "rl.dynamic_sampling": "tied groups carry no signal only for a group baseline: grpo, rloo, "
+        "reinforce_pp_baseline",
+        "rl.dynamic_sampling_tries": "it bounds rl.dynamic_sampling, which needs a group baseline",
     },
 )
 """What :func:`grpo_args` and :class:`~agent_trainers.algorithms.trl_adapter.grpo.AgentGRPOTrainer` read;

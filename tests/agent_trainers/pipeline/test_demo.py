@@ -14,7 +14,6 @@ from agent_trainers.evaluation import EvalSpec, Method, run_eval
 from agent_trainers.pipeline.cli import main
 from agent_trainers.pipeline.config import config_from_dict
 from agent_trainers.pipeline.demo import DEMO_CONFIG, DEMO_SETTINGS, SHARED_PREFIX, _report, resolve_data, run_demo
-from agent_trainers.pipeline.stages import rl_step_line
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.evaluation.conftest import HOTPOT, TEST_SPLIT, PromptScripted, search_call
 from tests.conftest import REPO_ROOT
@@ -89,14 +88,6 @@ def test_the_demo_report(tmp_path, smollm2_tokenizer, capsys):
     table = (tmp_path / "eval" / "table.md").read_text()
     assert table.splitlines()[0].startswith("| method | em | f1 |") and "- SFT changed em" in table
     assert (tmp_path / "view.html").stat().st_size > 10_000
-
-
-def test_the_rl_step_line_has_the_mean_and_eta():
-    assert (
-        rl_step_line(1, 8, [130.0], 0.1) == "RL step 1/8: 130.0 s (mean 130.0 s/step), train reward 0.100, ETA 15.2 min"
-    )
-    line = rl_step_line(3, 4, [60.0, 90.0, 120.0], None)
-    assert line == "RL step 3/4: 120.0 s (mean 90.0 s/step), train reward absent, ETA 1.5 min"
 
 
 def test_demo_set_overrides_apply_last_and_leave_the_defaults_alone():

@@ -43,10 +43,11 @@ def test_ppo_refuses_the_rl_settings_it_does_not_read(key, value, hint):
     assert "leave it at its default" in message and f"(got {value!r})" in message
 
 
-def test_ppo_refuses_report_to():
-    message = refusal(settings("ppo", report_to="tensorboard"))
-    assert "report_to is not read by ppo (ppo writes its curves to metrics.jsonl only)" in message
-    assert "default 'none' (got 'tensorboard')" in message
+def test_ppo_writes_tensorboard_but_refuses_wandb():
+    assert config_from_dict(settings("ppo", report_to="tensorboard")).report_to == "tensorboard"
+    assert "ppo writes its curves to metrics.jsonl and TensorBoard, not wandb" in refusal(
+        settings("ppo", report_to="wandb")
+    )
 
 
 @pytest.mark.parametrize("algorithm", TRL_ALGORITHMS)

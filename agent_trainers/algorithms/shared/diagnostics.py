@@ -1,0 +1,134 @@
+"""What every RL step reports about itself, one table: :data:`DIAGNOSTICS`, the console line and its alarms.
+
+Each trainer logs its own figures under its own names (TRL: ``entropy``,
+``clip_ratio/region_mean``, ``kl``; our PPO: ``ppo/entropy``, ``ppo/clipfrac``,
+``ppo/kl_ref``) and every trainer logs the rollout figures of
+:func:`~agent_trainers.algorithms.shared.rollouts.episode_metrics`. This table
+names each diagnostic once, says where each trainer logs it, and is what the
+pipeline writes to ``metrics.jsonl`` (:func:`canonical`), prints after each step
+(:func:`step_line`) and draws (``plots/diagnostics.png``). A figure a trainer
+does not produce (the KL without a reference model, dynamic sampling when it is
+off) is absent, shown as ``—``, never 0.
+
+==========================  ==========================================================================
+diagnostic                  what it says
+==========================  ==========================================================================
+reward                      mean return of the step's episodes
+groups/reward_std           mean spread of returns inside a group (0: no signal for a group baseline)
+groups/tied                 share of groups whose returns all tie
+dynamic_sampling/dropped    share of the groups played that dynamic sampling left out (tied)
+rollout/answered            share of episodes that ended with an answer
+rollout/turns               model turns per episode
+rollout/evidence            share of the gold evidence found (tasks that have some)
+rollout/format_errors       share of model turns the env refused as malformed
+kl                          KL to the reference policy (only with one: ``rl.beta > 0``)
+entropy                     mean entropy of the policy on the trained tokens
+grad_norm                   gradient norm before clipping
+clip                        share of tokens whose ratio was clipped
+tokens/total                prompt + completion tokens of the step
+step_time                   seconds of the step (rollouts and update)
+==========================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["DIAGNOSTICS", "Diagnostic", "alarms", "canonical", "step_line"]
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One row of the table.
+
+    Attributes:
+        name: Its key in ``metrics.jsonl``.
+        label: Its name on the console line.
+        digits: Decimals shown.
+        sources: The keys the trainers log it under (the first present is taken).
+    """
+
+    name: str
+    label: str
+    digits: int
+    sources: tuple[str, ...]
+
+
+def _row(name: str, label: str, digits: int, *also: str) -> Diagnostic:
+    return Diagnostic(name, label, digits, (name, *also))
+
+
+DIAGNOSTICS: tuple[Diagnostic, ...] = (
+    _row("reward", "reward", 3),
+    _row("groups/reward_std", "in-group sd", 3),
+    _row("groups/tied", "tied", 2),
+    _row("dynamic_sampling/dropped", "dropped", 2),
+    _row("rollout/answered", "answered", 2),
+    _row("rollout/turns", "turns", 2),
+    _row("rollout/evidence", "evidence", 2),
+    _row("rollout/format_errors", "format err", 2),
+    _row("kl", "KL", 4, "kl_reward/mean", "ppo/kl_ref"),
+    _row("entropy", "entropy", 3, "ppo/entropy"),
+    _row("grad_norm", "|grad|", 2),
+    _row("clip", "clip", 3, "clip_ratio/region_mean", "ppo/clipfrac"),
+    _row("tokens/total", "tokens", 0),
+    _row("step_time", "s", 1),
+)
+"""Every per-step diagnostic, in the order of the console line."""
+
+TIED_ALARM = 0.5
+"""Alarm when more than this share of a step's groups tie."""
+DROP_ALARM = 0.2
+"""Alarm when the answer rate (or the well-formed share of turns) falls by more than this from the first step."""
+
+
+def canonical(logs: Mapping[str, float]) -> dict[str, float]:
+    """The diagnostics present in a trainer's ``logs``, under their table names."""
+    out = {}
+    for d in DIAGNOSTICS:
+        value = next((logs[k] for k in d.sources if k in logs), None)
+        if value is not None:
+            out[d.name] = float(value)
+    return out
+
+
+def alarms(now: Mapping[str, float], first: Mapping[str, float] | None = None) -> list[str]:
+    """What a user should see at once: most groups tied, the answer rate or the format falling since ``first``.
+
+    Example:
+        >>> alarms({"groups/tied": 0.75, "rollout/answered": 0.5}, {"rollout/answered": 0.9})
+        ['75% of groups tied (no signal for a group baseline; rl.dynamic_sampling refills them)', \
+'answer rate fell 0.90 -> 0.50 since the first step']
+    """
+    out = []
+    tied = now.get("groups/tied")
+    if tied is not None and tied > TIED_ALARM:
+        fix = "its tries ran out" if "dynamic_sampling/dropped" in now else "rl.dynamic_sampling refills them"
+        out.append(f"{tied:.0%} of groups tied (no signal for a group baseline; {fix})")
+    for key, what in (("rollout/answered", "answer rate fell"), ("rollout/format_errors", "format errors rose")):
+        if first is None or key not in now or key not in first:
+            continue
+        change = now[key] - first[key]
+        if (change < -DROP_ALARM) if key == "rollout/answered" else (change > DROP_ALARM):
+            out.append(f"{what} {first[key]:.2f} -> {now[key]:.2f} since the first step")
+    return out
+
+
+def step_line(step: int, max_steps: int, step_times: Sequence[float], diagnostics: Mapping[str, float]) -> str:
+    """One line per RL step: time, mean and ETA, then every diagnostic (``—`` where absent).
+
+    Example:
+        >>> step_line(2, 8, [90.0, 70.0], {"reward": 0.25, "groups/tied": 0.5})  # doctest: +ELLIPSIS
+        'RL step 2/8: 70.0 s (mean 80.0 s/step, ETA 8.0 min) | reward 0.250 | in-group sd — | tied 0.50 | ...'
+    """
+    mean = sum(step_times) / len(step_times)
+    eta = (max_steps - step) * mean / 60
+    cells = []
+    for d in DIAGNOSTICS:
+        if d.name == "step_time":
+            continue
+        value = diagnostics.get(d.name)
+        cells.append(f"{d.label} {'—' if value is None else f'{value:.{d.digits}f}'}")
+    head = f"RL step {step}/{max_steps}: {step_times[-1]:.1f} s (mean {mean:.1f} s/step, ETA {eta:.1f} min)"
+    return " | ".join([head, *cells])

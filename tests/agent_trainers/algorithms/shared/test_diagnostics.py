@@ -1,0 +1,76 @@
+"""The step diagnostics: rollout figures by hand, one name per diagnostic whoever logs it, the console line, alarms."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS, alarms, canonical, step_line
+from agent_trainers.algorithms.shared.rollouts import episode_metrics
+from agent_trainers.rollout.types import Trajectory, TurnSpan
+
+
+def _traj(group: int, rewards: list[float], *, errors: int = 0, found: int = 0, total: int = 0, answered=True):
+    t = Trajectory(env_id="E", env_kwargs={}, seed=0, task_id=f"t{group}", task_index=group, group_id=group)
+    t.prompt_ids, t.completion_ids = [1] * 10, [2] * 7
+    t.turns = [TurnSpan(2 * k, 2 * k + 2, 2 * k + 3, reward=r, format_errors=["bad"] if k < errors else [])
+               for k, r in enumerate(rewards)]  # fmt: skip
+    t.evidence_found, t.evidence_total = found, total
+    t.terminated, t.stop_reason = answered, "answer" if answered else "max_turns"
+    return t
+
+
+def test_episode_metrics_by_hand():
+    trajs = [
+        _traj(0, [0.1, 0.9], found=1, total=2),  # group 0: returns 1.0 and 0.0
+        _traj(0, [0.0], errors=1, found=0, total=2, answered=False),
+        _traj(1, [0.5], found=2, total=2),  # group 1: 0.5 and 0.5, tied
+        _traj(1, [0.2, 0.3], errors=2, total=0),  # a task without evidence: not in rollout/evidence
+    ]
+    m = episode_metrics(trajs)
+    assert m["groups/tied"] == 0.5
+    assert m["groups/reward_std"] == pytest.approx((0.5 + 0.0) / 2)  # population sd of (1, 0) is 0.5
+    assert m["rollout/evidence"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
+    assert m["rollout/format_errors"] == pytest.approx(3 / 6)  # 3 of the 6 turns refused
+    assert m["rollout/answered"] == 0.75 and m["rollout/turns"] == 6 / 4
+    assert m["tokens/model"] == 6 * 2 and m["tokens/total"] == 4 * 17
+
+
+def test_no_evidence_anywhere_leaves_it_absent():
+    assert "rollout/evidence" not in episode_metrics([_traj(0, [1.0]), _traj(0, [0.0])])
+
+
+def test_each_trainer_s_names_map_to_one_diagnostic():
+    trl = {"reward": 0.5, "entropy": 0.7, "clip_ratio/region_mean": 0.01, "grad_norm": 2.0, "kl": 0.003}
+    ppo = {"reward": 0.5, "ppo/entropy": 0.7, "ppo/clipfrac": 0.01, "grad_norm": 2.0, "ppo/kl_ref": 0.003}
+    reinforce = {"reward": 0.5, "entropy": 0.7, "kl_reward/mean": 0.003}
+    want = {"reward": 0.5, "entropy": 0.7, "clip": 0.01, "grad_norm": 2.0, "kl": 0.003}
+    assert canonical(trl) == want and canonical(ppo) == want
+    assert canonical(reinforce) == {"reward": 0.5, "entropy": 0.7, "kl": 0.003}
+    assert canonical({"loss": 1.0}) == {}  # nothing invented: absent stays absent
+
+
+def test_the_step_line_shows_every_diagnostic_and_dashes_the_absent():
+    diag = {"reward": 0.25, "groups/tied": 0.5, "rollout/answered": 0.875, "tokens/total": 4321.0, "kl": 0.00012}
+    line = step_line(3, 10, [10.0, 20.0, 30.0], diag)
+    assert line == (
+        "RL step 3/10: 30.0 s (mean 20.0 s/step, ETA 2.3 min) | reward 0.250 | in-group sd — | tied 0.50 | "
+        "dropped — | answered 0.88 | turns — | evidence — | format err — | KL 0.0001 | entropy — | |grad| — | "
+        "clip — | tokens 4321"
+    )
+    assert len(DIAGNOSTICS) == line.count(" | ") + 1  # every row but step_time, plus the head
+
+
+def test_alarms_fire_on_tied_groups_and_falling_answers_only():
+    first = {"rollout/answered": 0.9, "rollout/format_errors": 0.05}
+    assert alarms({"groups/tied": 0.5, "rollout/answered": 0.75, "rollout/format_errors": 0.2}, first) == []
+    assert alarms({"groups/tied": 0.625}, first) == [
+        "62% of groups tied (no signal for a group baseline; rl.dynamic_sampling refills them)"
+    ]
+    assert alarms({"rollout/answered": 0.6, "rollout/format_errors": 0.3}, first) == [
+        "answer rate fell 0.90 -> 0.60 since the first step",
+        "format errors rose 0.05 -> 0.30 since the first step",
+    ]
+    assert alarms({"groups/tied": 1.0, "dynamic_sampling/dropped": 0.75}, first) == [
+        "100% of groups tied (no signal for a group baseline; its tries ran out)"
+    ]
+    assert alarms({"rollout/answered": 0.0}, None) == []  # the first step has nothing to compare with

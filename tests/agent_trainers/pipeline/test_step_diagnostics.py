@@ -1,0 +1,70 @@
+"""Every algorithm's RL steps carry the diagnostics (metrics.jsonl, console line, plots; PPO's TensorBoard too),
+and dynamic sampling runs under every group algorithm.
+
+On ``LookupEnv`` (4 tasks) with the tiny random model, whose turns are all malformed: every group ties, so
+dynamic sampling draws the two tasks not in the step, runs out of fresh tasks, keeps the groups it could not
+replace, and the alarm fires.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+
+from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
+from agent_trainers.pipeline.config import config_from_dict
+from agent_trainers.pipeline.train import run_training
+from tests.conftest import LookupEnv
+
+ENV_ID = "Test/DiagLookup-v0"
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=2)
+
+
+def _run(tmp_path, algorithm: str, rl: dict, **top) -> list[dict]:
+    config = config_from_dict(
+        {
+            "output_dir": str(tmp_path / algorithm),
+            "device": "cpu",
+            "algorithm": algorithm,
+            "model": {"name": "tiny-random"},
+            "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
+            "rollout": {"max_new_tokens_per_turn": 4, "max_total_tokens": 512, "temperature": 1.0},
+            "sft": {"enabled": False},
+            "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "save_steps": 1, **rl},
+            "eval": {"tasks": 1, "every": 0, "before": False},
+            **top,
+        }
+    )
+    run_training(config)
+    lines = (tmp_path / algorithm / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["stage"] == "rl" and "step_time" in r]
+
+
+ALWAYS = {"reward", "groups/reward_std", "groups/tied", "rollout/answered", "rollout/turns", "rollout/format_errors",
+          "entropy", "grad_norm", "clip", "tokens/total", "step_time"}  # fmt: skip
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp_baseline"])
+def test_dynamic_sampling_under_each_group_algorithm(tmp_path, capsys, algorithm):
+    (step,) = _run(tmp_path, algorithm, {"dynamic_sampling": True, "dynamic_sampling_tries": 2})
+    assert ALWAYS <= set(step) and step["groups/tied"] == 1.0 and step["rollout/format_errors"] == 1.0
+    # 2 tied groups, one round of the 2 other tasks (tied too), then no fresh task: 4 played, 2 dropped, 2 kept
+    assert step["dynamic_sampling/groups_played"] == 4.0 and step["dynamic_sampling/dropped"] == 0.5
+    assert step["dynamic_sampling/rounds"] == 1.0 and step["dynamic_sampling/kept_tied"] == 2.0
+    printed = capsys.readouterr().out
+    assert "| tied 1.00 | dropped 0.50 | answered 0.00 |" in printed
+    assert "!! 100% of groups tied (no signal for a group baseline; its tries ran out)" in printed
+    assert (tmp_path / algorithm / "plots" / "diagnostics_1.png").stat().st_size > 0
+
+
+def test_ppo_logs_the_same_diagnostics_and_writes_tensorboard(tmp_path, capsys):
+    (step,) = _run(tmp_path, "ppo", {}, report_to="tensorboard")
+    assert ALWAYS <= set(step) and "dynamic_sampling/dropped" not in step and "kl" not in step  # beta 0: no KL
+    assert step["entropy"] == step["ppo/entropy"] > 0 and step["clip"] == step["ppo/clipfrac"]
+    assert "| KL — |" in capsys.readouterr().out
+    events = list((tmp_path / "ppo" / "rl" / "runs").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    assert {d.name for d in DIAGNOSTICS} >= ALWAYS
