@@ -107,7 +107,10 @@ def _baselines(config: TrainConfig, resume: bool) -> None:
 
     model, tok = load_model(config.model.name, device=config.device, seed=config.seed)
     model.eval()
-    policy = TransformersPolicy(model, tok, batch_size=config.eval.batch_size, seed=config.seed)
+    from agent_trainers.algorithms.shared.settings import bf16_enabled
+
+    bf16 = bf16_enabled(config.device, config.bf16)
+    policy = TransformersPolicy(model, tok, batch_size=config.eval.batch_size, seed=config.seed, bf16=bf16)
     rollout = dataclasses.replace(config.rollout, temperature=config.eval.temperature)
     for method in (Method.CLOSED_BOOK, Method.NAIVE_RAG):
         spec = EvalSpec(

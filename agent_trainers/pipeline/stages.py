@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
 from agent_trainers.algorithms.shared.diagnostics import alarms, canonical, step_line
-from agent_trainers.algorithms.shared.settings import ReportTo
+from agent_trainers.algorithms.shared.settings import ReportTo, bf16_enabled
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
@@ -95,7 +95,8 @@ class RunState:
         c = self.config
         was_training = model.training
         model.eval()
-        policy = TransformersPolicy(model, self.tokenizer, batch_size=c.eval.batch_size, seed=c.seed)
+        bf16 = bf16_enabled(c.device, c.bf16)  # evaluate at the precision the model trains at
+        policy = TransformersPolicy(model, self.tokenizer, batch_size=c.eval.batch_size, seed=c.seed, bf16=bf16)
         spec = EvalSpec(
             c.env.id,
             Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
@@ -252,6 +253,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         loss_mask=r.loss_mask,
         dynamic_sampling=r.dynamic_sampling,
         dynamic_sampling_tries=r.dynamic_sampling_tries,
+        bf16=bf16_enabled(c.device, c.bf16),
     )
     out = str(state.out / "rl")
     args = grpo_args(r, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to)
@@ -286,7 +288,9 @@ def run_ppo_stage(state: RunState) -> None:
 
     c = state.config
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
-    rollout_fn = EnvRollouts(rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed)
+    rollout_fn = EnvRollouts(
+        rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed, bf16=bf16_enabled(c.device, c.bf16)
+    )
     trainer = PPOTrainer(
         state.model,
         state.tokenizer,

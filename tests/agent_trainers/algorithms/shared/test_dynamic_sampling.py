@@ -40,33 +40,39 @@ def test_returns_tie_is_exact_up_to_1e_9():
 
 
 def test_tied_groups_are_replaced_by_fresh_groups_that_vary():
-    # tasks 0 and 1 are played; 1 ties. Fresh tasks: 2 ties, 3 varies.
-    returns = {0: (0.0, 1.0), 1: (1.0, 1.0), 2: (0.0, 0.0), 3: (0.2, 0.9)}
+    # tasks 0 and 1 are played; 1 ties. One round plays REFILL_FACTOR = 2 fresh tasks: 2 ties, 3 varies.
+    returns = {0: (0.0, 1.0), 1: (1.0, 1.0), 2: (0.0, 0.0), 3: (0.2, 0.9), 4: (0.0, 1.0)}
     er, played = _rollouts(returns)
     out = er.play([(ENV, 0), (ENV, 1)], G, policy=None, config=None)
     assert [t.task_index for t in out] == [0, 0, 3, 3]  # slot 1 now holds task 3
     assert [t.group_id for t in out] == [0, 0, 1, 1]  # renumbered to their slots
     assert not any(returns_tie(out[k : k + G]) for k in range(0, len(out), G))
-    assert played[0] == [(ENV, 0), (ENV, 1)] and (ENV, 0) not in played[1] and (ENV, 1) not in played[1]
-    assert played[1:] == [[(ENV, 2)], [(ENV, 3)]]  # one fresh task per tied slot and round: 2 ties, then 3
+    assert played == [[(ENV, 0), (ENV, 1)], [(ENV, 2), (ENV, 3)]]  # the step, then one batched round (seeded draw)
     assert er.last_stats == {
         "dynamic_sampling/groups_played": 4.0,  # 0, 1, 2, 3
         "dynamic_sampling/dropped": 2 / 4,  # 1 (replaced) and 2 (tied)
-        "dynamic_sampling/rounds": 2.0,
+        "dynamic_sampling/rounds": 1.0,
         "dynamic_sampling/kept_tied": 0.0,
     }
 
 
+def test_surplus_groups_with_signal_are_left_out():
+    returns = {0: (1.0, 1.0), 1: (0.0, 1.0), 2: (0.1, 0.2), 3: (0.3, 0.4)}
+    er, played = _rollouts(returns)
+    out = er.play([(ENV, 0), (ENV, 1)], G, policy=None, config=None)
+    assert played[1] == [(ENV, 2), (ENV, 3)] and [t.task_index for t in out] == [2, 2, 1, 1]
+    assert er.last_stats["dynamic_sampling/dropped"] == 2 / 4  # 0 (replaced by 2) and 3 (surplus)
+
+
 def test_the_refill_is_bounded_and_keeps_the_groups_it_could_not_replace():
-    returns = {k: (0.5, 0.5) for k in range(10)}  # everything ties
+    returns = {k: (0.5, 0.5) for k in range(20)}  # everything ties
     er, played = _rollouts(returns, tries=2)
     out = er.play([(ENV, 0), (ENV, 1)], G, policy=None, config=None)
-    assert len(played) == 1 + 2  # the step, then two refill rounds of two groups each
-    assert [len(r) for r in played] == [2, 2, 2]
+    assert [len(r) for r in played] == [2, 4, 4]  # the step, then two rounds of 2 x 2 fresh groups
     assert [t.task_index for t in out] == [0, 0, 1, 1]  # the first groups stay
     assert er.last_stats == {
-        "dynamic_sampling/groups_played": 6.0,
-        "dynamic_sampling/dropped": 4 / 6,
+        "dynamic_sampling/groups_played": 10.0,
+        "dynamic_sampling/dropped": 8 / 10,
         "dynamic_sampling/rounds": 2.0,
         "dynamic_sampling/kept_tied": 2.0,
     }
