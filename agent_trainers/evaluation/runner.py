@@ -40,7 +40,9 @@ class EvalSpec:
         method: The :class:`~agent_trainers.evaluation.methods.Method`.
         model: The model's name, folder or endpoint (recorded, and part of the default label).
         env_kwargs: ``gymnasium.make`` kwargs (``data_path``, ``corpus``, ``split``, ...).
-        limit: Evaluate the first ``limit`` tasks (``None``: all of them).
+        limit: Evaluate the first ``limit`` tasks (``None``: all of them), counted from ``start``.
+        start: The first task index evaluated (0: from the beginning), e.g. to hold aside tasks past the
+            ones a run trained on when both come from one task list.
         seed: Episode ``i`` resets with ``seed + i``.
         rollout: Turn and token limits and temperature (greedy by default).
         label: The row name in tables (default: the method, plus the model for ``agent``).
@@ -52,6 +54,7 @@ class EvalSpec:
     model: str = "smollm2"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
+    start: int = 0
     seed: int = 0
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(temperature=0.0))
     label: str | None = None
@@ -61,6 +64,8 @@ class EvalSpec:
         object.__setattr__(self, "method", Method(self.method))
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1 or None (got {self.limit})")
+        if self.start < 0:
+            raise ValueError(f"start must be >= 0 (got {self.start})")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1 (got {self.chunk_size})")
 
@@ -79,6 +84,7 @@ class EvalSpec:
             "model": self.model,
             "env_kwargs": self.env_kwargs,
             "limit": self.limit,
+            **({"start": self.start} if self.start else {}),  # absent at 0, as in folders written before it
             "seed": self.seed,
             "rollout": dataclasses.asdict(self.rollout),
             "label": self.name,
@@ -108,8 +114,11 @@ def _tasks(spec: EvalSpec) -> tuple[list[TaskInfo], tuple[str, ...]]:
     env = gym.make(spec.env_id, **spec.env_kwargs)
     try:
         n = int(env.unwrapped.num_tasks())
-        indices = range(min(n, spec.limit) if spec.limit else n)
-        return describe_tasks(env, indices), score_names(env, 0)
+        end = min(n, spec.start + spec.limit) if spec.limit else n
+        if spec.start >= n:
+            raise ValueError(f"start {spec.start} is past the last task of {spec.env_id} ({n} tasks)")
+        indices = range(spec.start, end)
+        return describe_tasks(env, indices), score_names(env, spec.start)
     finally:
         env.close()
 

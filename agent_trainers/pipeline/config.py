@@ -109,7 +109,10 @@ class EvalConfig(_Section):
     """Evaluation on a fixed held-aside sample of the eval split."""
 
     tasks: int = Field(default=16, ge=1)
-    """Number of eval tasks (the first N of the eval split)."""
+    """Number of eval tasks (the first N of the eval split, from ``first_task`` on)."""
+    first_task: int = Field(default=0, ge=0)
+    """Index of the first eval task: hold aside tasks past the training ones when the train and eval envs
+    pose the same task list (e.g. a task family whose answer is shared, as the bandit's paying arm)."""
     temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature of evaluation rollouts (0: greedy)."""
     every: int = Field(default=4, ge=0)

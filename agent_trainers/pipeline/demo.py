@@ -119,6 +119,7 @@ def _baselines(config: TrainConfig, resume: bool) -> None:
             model=config.model.name,
             env_kwargs=dict(config.env.eval_kwargs),
             limit=config.eval.tasks,
+            start=config.eval.first_task,
             seed=EVAL_SEED,
             rollout=rollout,
             label={Method.CLOSED_BOOK: "closed-book", Method.NAIVE_RAG: "naive RAG"}[method],

@@ -63,11 +63,13 @@ def build_eval_parser() -> argparse.ArgumentParser:
     ev.add_argument("--api-model", help="with --base-url: the request's model name (default: --model)")
     ev.add_argument("--api-key-env", default="OPENAI_API_KEY", help="with --base-url: env variable holding the key")
     ev.add_argument("--limit", "--tasks", type=int, default=None, help="evaluate the first N questions (default all)")
+    ev.add_argument("--first-task", type=int, default=0, help="index of the first question evaluated (default 0)")
     ev.add_argument("--out", help="output folder (default runs/eval/<env>-<label>); running again continues it")
     ev.add_argument("--overwrite", action="store_true", help="start over instead of continuing --out")
     ev.add_argument("--label", help="row name in tables (default: the method, or 'agent (MODEL)')")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", default="auto", help="auto (a GPU when present), cpu or cuda")
+    ev.add_argument("--bf16", action="store_true", help="generate in bf16 (as a model trained with bf16: true)")
     ev.add_argument(
         "--threads",
         type=parse_threads,
@@ -156,7 +158,7 @@ def _policy(args: argparse.Namespace) -> Any:
     apply_threads(args.threads)
     model, tok = load_model(args.model, device=args.device, seed=args.seed)
     model.eval()
-    return TransformersPolicy(model, tok, batch_size=args.batch_size, seed=args.seed)
+    return TransformersPolicy(model, tok, batch_size=args.batch_size, seed=args.seed, bf16=args.bf16)
 
 
 def _slug(text: str) -> str:
@@ -190,6 +192,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         model=model,
         env_kwargs=env_kwargs_from_args(args),
         limit=args.limit,
+        start=args.first_task,
         seed=args.seed,
         rollout=rollout,
         label=args.label,

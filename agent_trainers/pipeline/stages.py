@@ -103,6 +103,7 @@ class RunState:
             model=c.model.name if phase == "before" else f"{c.output_dir} ({phase})",
             env_kwargs=dict(c.env.eval_kwargs),
             limit=c.eval.tasks,
+            start=c.eval.first_task,
             seed=EVAL_SEED,
             rollout=dataclasses.replace(c.rollout, temperature=c.eval.temperature),
             label=phase_label(phase, c),

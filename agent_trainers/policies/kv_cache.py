@@ -8,8 +8,9 @@ calls, as one ``(1, heads, length, head_dim)`` pair of tensors per layer:
 
 1. :meth:`~EpisodeKVCache.prepare` makes each session's entry hold exactly
    ``prompt[:-1]``: it keeps the longest prefix the entry shares with the prompt
-   (cutting anything after it) and runs the model over the rest only, one
-   episode at a time, at that episode's own positions (no padding). Sessions
+   (cutting anything after it) and runs the model over the rest only, at each
+   episode's own positions: the ongoing episodes' new env tokens in one padded,
+   masked batch, a new episode's prompt on its own. Sessions
    with no entry whose prefixes are identical (a GRPO group's first turn) are
    computed once and share the tensors; a new session whose prompt shares at
    least :data:`MIN_SHARED_PREFIX` tokens with one computed earlier in the call
@@ -154,6 +155,7 @@ class EpisodeKVCache:
     def prepare(self, sessions: Sequence[Hashable], prompts: Sequence[Sequence[int]]) -> None:
         """Make the entry of each session hold exactly ``prompt[:-1]`` (prompts are non-empty)."""
         ready: dict[tuple[int, ...], _Entry] = {}  # this call's finished entries, by their ids
+        pending: list[tuple[_Entry, list[int]]] = []  # ongoing episodes: extended together below
         for key, prompt in zip(sessions, prompts, strict=True):
             target = list(prompt[:-1])
             entry = self.entries.get(key) or _Entry()
@@ -162,14 +164,69 @@ class EpisodeKVCache:
             if twin is not None:  # tensors are never changed in place, so sharing them is safe
                 entry = _Entry(list(twin.tokens), list(twin.layers))
                 self.stats.shared += len(target)
-            else:
-                if entry.tokens:
-                    self.stats.reused += len(entry.tokens)
-                else:  # a new episode: start from the longest prefix another one computed
-                    entry = self._shared_prefix(ready.values(), target)
+            elif entry.tokens:
+                self.stats.reused += len(entry.tokens)
+                if len(target) > len(entry.tokens):
+                    pending.append((entry, target[len(entry.tokens) :]))
+            else:  # a new episode: start from the longest prefix another one computed
+                entry = self._shared_prefix(ready.values(), target)
                 self._extend(entry, target[len(entry.tokens) :])
                 ready.setdefault(tuple(target), entry)
             self.entries[key] = entry
+        self._extend_together(pending)
+
+    def _extend_together(self, pending: Sequence[tuple[_Entry, list[int]]]) -> None:
+        """Run the model once over every pending entry's new tokens (each turn's env text), as a batch.
+
+        Row ``r`` is laid out ``[pad][entry r][pad][new r]``: its cached keys and values left-padded to the
+        longest entry, its new tokens left-padded to the most new tokens. Padding is masked out and each
+        row's positions continue its own entry, so every row computes what a forward of it alone would; the
+        pads are cut away again when the entries are stored.
+        """
+        if len(pending) < 2:
+            for entry, new in pending:
+                self._extend(entry, new)
+            return
+        device = next(self.model.parameters()).device
+        old = max(len(e.tokens) for e, _ in pending)
+        width = max(len(n) for _, n in pending)
+        rows, ids = len(pending), torch.full((len(pending), width), 0, dtype=torch.long)
+        mask = torch.zeros((rows, old + width), dtype=torch.long)
+        positions = torch.zeros((rows, width), dtype=torch.long)
+        for r, (entry, new) in enumerate(pending):
+            n, k = len(new), len(entry.tokens)
+            ids[r, width - n :] = torch.tensor(new, dtype=torch.long)
+            mask[r, old - k : old] = 1
+            mask[r, old + width - n :] = 1
+            positions[r, width - n :] = torch.arange(k, k + n)
+        layers = []
+        for i, (k_ref, v_ref) in enumerate(pending[0][0].layers):
+            keys = k_ref.new_zeros((rows, k_ref.shape[1], old, k_ref.shape[3]))
+            values = v_ref.new_zeros((rows, v_ref.shape[1], old, v_ref.shape[3]))
+            for r, (entry, _) in enumerate(pending):
+                k = len(entry.tokens)
+                keys[r, :, old - k :] = entry.layers[i][0][0]
+                values[r, :, old - k :] = entry.layers[i][1][0]
+            layers.append((keys, values))
+        past = DynamicCache(ddp_cache_data=layers)
+        self.model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            past_key_values=past,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        for r, (entry, new) in enumerate(pending):
+            n, k = len(new), len(entry.tokens)
+            entry.layers = [
+                tuple(
+                    torch.cat([t[r : r + 1, :, old - k : old], t[r : r + 1, :, old + width - n :]], dim=2) for t in kv
+                )
+                for kv in ((layer.keys, layer.values) for layer in past.layers)
+            ]
+            entry.tokens = entry.tokens + new
+            self.stats.prefilled += n
 
     def _shared_prefix(self, ready: Iterable[_Entry], target: list[int]) -> _Entry:
         """A new entry holding the longest prefix of ``target`` that an entry of this call already computed

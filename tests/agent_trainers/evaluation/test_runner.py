@@ -86,3 +86,16 @@ def test_the_folder_holds_json_csv_and_markdown_summaries(scripted, tmp_path):
     md = (tmp_path / "summary.md").read_text()
     assert "| em | 0.500 [" in md and "| bridge | 6 |" in md
     assert json.loads((tmp_path / "spec.json").read_text())["method"] == "agent"
+
+
+def test_start_evaluates_the_tasks_from_there_and_is_part_of_the_settings(scripted, tmp_path):
+    run = run_eval(spec("closed-book", limit=2, start=3), scripted(agent_script), tmp_path / "a", progress=False)
+    assert [r.task_index for r in run.records] == [3, 4]
+    assert json.loads((tmp_path / "a" / "spec.json").read_text())["start"] == 3
+    assert "start" not in spec("closed-book", limit=2).to_json()  # 0: absent, as in folders written before it
+    with pytest.raises(SpecMismatchError):
+        run_eval(spec("closed-book", limit=2, start=4), scripted(agent_script), tmp_path / "a", progress=False)
+    with pytest.raises(ValueError, match="start 999 is past the last task"):
+        run_eval(spec("closed-book", limit=2, start=999), scripted(agent_script), tmp_path / "b", progress=False)
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        spec("closed-book", start=-1)
