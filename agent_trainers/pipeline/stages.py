@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +113,15 @@ class RunState:
         with _own_rng():
             run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)
         model.train(was_training)
-        summary = EvalSummary.from_json(run.summary)
+        return self._record(phase, step, EvalSummary.from_json(run.summary))
+
+    def reuse_evaluation(self, done: str, phase: str, step: int) -> EvalSummary:
+        """Record the evaluation ``done`` again as ``phase`` (the same model): its folder is copied, not re-run."""
+        if is_main_process():
+            shutil.copytree(self.out / "eval" / done, self.out / "eval" / phase, dirs_exist_ok=True)
+        return self._record(phase, step, dict(self.evals)[done])
+
+    def _record(self, phase: str, step: int, summary: EvalSummary) -> EvalSummary:
         self.evals.append((phase, summary))
         bounds = {f"{k}_{end}": getattr(v, end) for k, v in summary.metrics.items() for end in ("low", "high")}
         self.log.write(
@@ -328,7 +337,10 @@ def run_rl_stage(state: RunState) -> None:
 def run_final_stage(state: RunState) -> None:
     """Evaluate the final model and save it with its tokenizer under ``final/``."""
     c = state.config
-    state.evaluate("final", c.rl.steps if c.rl.enabled else 0)
+    if not c.rl.enabled and state.evals and state.evals[-1][0] == "after_sft":  # the model evaluated just now
+        state.reuse_evaluation("after_sft", "final", 0)
+    else:
+        state.evaluate("final", c.rl.steps if c.rl.enabled else 0)
     if not is_main_process():
         return
     state.model.save_pretrained(state.out / "final")
