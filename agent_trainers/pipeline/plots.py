@@ -81,14 +81,7 @@ def plot_metrics(
         ax.set_xlabel(x)
         ax.set_title((titles or {}).get(key, key))
         ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title)
 
 
 def plot_curves(
@@ -139,6 +132,13 @@ def plot_curves(
         ax.set_title((titles or {}).get(key, key))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    return _save(fig, path, title)
+
+
+def _save(fig: Any, path: str | Path, title: str) -> Path:
+    """Title, lay out, write and close a figure."""
+    import matplotlib.pyplot as plt
+
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -264,6 +264,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         dynamic_sampling=r.dynamic_sampling,
         dynamic_sampling_tries=r.dynamic_sampling_tries,
         bf16=bf16_enabled(c.device, c.bf16),
+        batch_size=r.episodes_per_step,
     )
     out = str(state.out / "rl")
     args = grpo_args(r, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to)
@@ -299,7 +300,12 @@ def run_ppo_stage(state: RunState) -> None:
     c = state.config
     rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
     rollout_fn = EnvRollouts(
-        rows, env_kwargs=c.env.train_kwargs, config=c.rollout, seed=c.seed, bf16=bf16_enabled(c.device, c.bf16)
+        rows,
+        env_kwargs=c.env.train_kwargs,
+        config=c.rollout,
+        seed=c.seed,
+        bf16=bf16_enabled(c.device, c.bf16),
+        batch_size=c.rl.episodes_per_step,
     )
     trainer = PPOTrainer(
         state.model,

@@ -118,7 +118,9 @@ class EnvRollouts:
         config: Rollout settings (the TRL adapter takes ``temperature`` and ``top_p`` from
             the trainer at each call: TRL's loss uses the same temperature).
         seed: Base seed; call ``k`` plays with seeds derived from ``seed`` and ``k``.
-        batch_size: Generation batch size of the default policy.
+        batch_size: Generation batch size of the default policy. The pipeline decodes a step's episodes
+            together (``rl.num_generations * rl.prompts_per_step``): on a CPU a decoding step of 32 sequences
+            costs about twice one of 8, so four batches of 8 take twice as long as one of 32.
         loss_mask: Keep env tokens out of the policy loss (``env_mask``); False
             puts them in (the paper's ablation).
         policy_factory: Builds the policy from ``(model, tokenizer, seed)``; default
