@@ -303,14 +303,17 @@ def shared_prompt_token_logprobs(
             compute_entropy=compute_entropy,
         )
     prompts: dict[tuple[tuple[int, ...], ...], _PromptStates] = {}
-    rows = []
+    groups: dict[tuple[tuple[int, ...], ...], list[tuple[int, int]]] = {}  # rows sharing a prompt, with their ends
+    for row in range(input_ids.shape[0]):
+        columns = where[row].nonzero()
+        if len(columns):  # the states before completion tokens 0 .. end - 1 are needed
+            key = (tuple(input_ids[row, :p].tolist()), tuple(attention_mask[row, :p].tolist()))
+            groups.setdefault(key, []).append((row, int(columns[-1]) + 1))
+    states: dict[int, torch.Tensor] = {}
     with _layers_keep_caches(model):
-        for row in range(input_ids.shape[0]):
-            columns = where[row].nonzero()
-            if len(columns):
-                end = int(columns[-1]) + 1  # the states before completion tokens 0 .. end - 1 are needed
-                hidden = _row_states(model.base_model, input_ids[row], attention_mask[row], p, end, prompts)
-                rows.append(hidden[where[row, :end]])
+        for members in groups.values():
+            states.update(_group_states(model.base_model, input_ids, attention_mask, p, members, prompts))
+    rows = [states[r][where[r, : states[r].shape[0]]] for r in sorted(states)]
     return _project(model, torch.cat(rows), input_ids[:, p:][where], where, temperature, compute_entropy)
 
 
@@ -372,6 +375,39 @@ def _cache(layers: list[DynamicLayer]) -> DynamicCache:
 
 _PromptStates = tuple[list[KV], torch.Tensor]
 """A prompt's keys and values per layer, and its last hidden state ``(1, H)``."""
+
+
+def _group_states(
+    base: torch.nn.Module,
+    ids: torch.Tensor,
+    attention: torch.Tensor,
+    p: int,
+    members: list[tuple[int, int]],
+    prompts: dict[tuple[tuple[int, ...], ...], _PromptStates],
+) -> dict[int, torch.Tensor]:
+    """The hidden states of rows that share one prompt: the prompt once, then their completions in one batch.
+
+    ``members`` are ``(row, end)`` pairs. The completions run together up to the longest ``end``; a shorter
+    row's later tokens are computed and dropped (causal attention keeps them out of its earlier states).
+    """
+    if len(members) == 1:
+        row, end = members[0]
+        return {row: _row_states(base, ids[row], attention[row], p, end, prompts)}
+    first = members[0][0]
+    _row_states(base, ids[first], attention[first], p, 1, prompts)  # records the prompt (once)
+    layers, last = prompts[(tuple(ids[first, :p].tolist()), tuple(attention[first, :p].tolist()))]
+    end = max(e for _, e in members)
+    if end == 1:
+        return {row: last for row, _ in members}
+    rows = torch.tensor([r for r, _ in members], device=ids.device)
+    n = len(members)
+    out = base(
+        input_ids=ids[rows, p : p + end - 1],
+        attention_mask=attention[rows, : p + end - 1],
+        past_key_values=_cache([_ReadOnlyPrefix(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers]),
+        use_cache=False,
+    ).last_hidden_state
+    return {row: torch.cat([last, out[k, : e - 1]]) for k, (row, e) in enumerate(members)}
 
 
 def _row_states(
