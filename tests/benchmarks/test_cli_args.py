@@ -38,7 +38,7 @@ def flat(text: str) -> str:
 
 
 def test_every_benchmark_is_covered():
-    assert len(SCRIPTS) == 11 and all(hasattr(load(s), "parse_args") for s in SCRIPTS)
+    assert len(SCRIPTS) == 13 and all(hasattr(load(s), "parse_args") for s in SCRIPTS)
 
 
 @pytest.mark.parametrize("relative", SCRIPTS)
@@ -68,8 +68,8 @@ def test_algorithms_flags():
     bench = load("benchmarks/algorithms.py")
     args = bench.parse_args(["--algorithms", "ppo", "--quick", "--ppo-critic", "separate", "--learning-rate", "1e-3"])
     assert (args.algorithms, args.quick, args.steps, args.ppo_critic, args.learning_rate) == (
-        "ppo", True, 10, "separate", 1e-3)  # fmt: skip
-    assert bench.parse_args([]).steps == 20 and bench.parse_args(["--steps", "30"]).steps == 30
+        "ppo", True, 20, "separate", 1e-3)  # fmt: skip
+    assert bench.parse_args([]).steps == 40 and bench.parse_args(["--steps", "30"]).steps == 30
     assert bench.parse_args(["--ppo-critic-warmup-steps", "3"]).ppo_critic_warmup_steps == 3
 
 

@@ -245,12 +245,13 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
         else v_loss > 0.5 * (values - batch.returns) ** 2
     )
     assert (clipped & wide).any()
-    # no entropy bonus: no entropy computed or logged; no value clipping: the plain squared error
+    # no entropy bonus: the entropy is still logged (a diagnostic) but leaves the loss; no value clipping: the plain
+    # squared error
     trainer.ppo = dataclasses.replace(trainer.ppo, ent_coef=0.0, clip_vloss=False)
     with torch.no_grad():
         loss, parts = trainer._micro_loss(batch, rows, tokens)
     plain = float((0.5 * (values - batch.returns) ** 2 * val).sum()) / n_val
-    assert "entropy" not in parts and parts["value_clipfrac"] == 0.0
+    assert parts["entropy"] == pytest.approx(expected["entropy"], rel=1e-4) and parts["value_clipfrac"] == 0.0
     assert parts["value_loss"] == pytest.approx(plain, rel=1e-4) and plain < expected["value_loss"]
     assert float(loss) == pytest.approx(
         expected["policy_loss"] + 0.7 * plain + 0.5 * expected["kl_loss"], rel=1e-4, abs=1e-6
