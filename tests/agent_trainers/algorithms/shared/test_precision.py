@@ -1,0 +1,33 @@
+"""bf16 on a CPU: on where the CPU multiplies bf16 natively, refused where torch would fall back to a slow loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_trainers.algorithms.shared import settings
+from agent_trainers.algorithms.shared.settings import bf16_enabled, device_args
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_auto_precision_is_fp32_on_a_cpu(monkeypatch, native):
+    monkeypatch.setattr(settings, "cpu_has_native_bf16", lambda: native)
+    assert bf16_enabled("cpu", None) is False
+    assert bf16_enabled("cpu", False) is False
+
+
+def test_bf16_on_a_cpu_with_native_bf16_is_taken(monkeypatch):
+    monkeypatch.setattr(settings, "cpu_has_native_bf16", lambda: True)
+    assert bf16_enabled("cpu", True) is True
+    assert device_args("cpu", True)["bf16"] is True
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(settings, "cpu_has_native_bf16", lambda: False)
+    with pytest.raises(ValueError, match=r"^bf16: true on a CPU without native bf16 .*set bf16: null \(or false\)$"):
+        bf16_enabled("cpu", True)
+    with pytest.raises(ValueError, match="bf16: true on a CPU"):
+        device_args("cpu", True)
+
+
+def test_the_probe_answers_a_bool():
+    assert isinstance(settings.cpu_has_native_bf16(), bool)
