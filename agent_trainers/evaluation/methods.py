@@ -36,6 +36,7 @@ from agent_trainers.rollout.chat import ChatTokenizer
 from agent_trainers.rollout.config import RolloutConfig
 from agent_trainers.rollout.engine import rollout
 from agent_trainers.rollout.export import trajectory_to_dict
+from agent_trainers.rollout.progress import RolloutProgress
 from agent_trainers.rollout.types import Trajectory, TurnSpan
 
 __all__ = [
@@ -110,8 +111,15 @@ def _runs(indices: Sequence[int]) -> list[list[int]]:
     return runs
 
 
-def play_agent(policy: Any, s: MethodSettings, tasks: Sequence[TaskInfo], on_record: OnRecord) -> None:
-    """Play the env's own multi-turn episodes with the rollout engine (batched per turn)."""
+def play_agent(
+    policy: Any,
+    s: MethodSettings,
+    tasks: Sequence[TaskInfo],
+    on_record: OnRecord,
+    progress: RolloutProgress | None = None,
+) -> None:
+    """Play the env's own multi-turn episodes with the rollout engine (batched per turn), advancing
+    ``progress`` (when given) after every batched turn."""
     by_index = {t.index: t for t in tasks}
     for run in _runs([t.index for t in tasks]):  # seeds stay seed + index however the list was cut
         rollout(
@@ -122,6 +130,7 @@ def play_agent(policy: Any, s: MethodSettings, tasks: Sequence[TaskInfo], on_rec
             env_kwargs=dict(s.env_kwargs),
             config=s.rollout,
             on_episode_end=lambda t: on_record(record_from_trajectory(t, by_index[t.task_index], s.score_names)),
+            progress=progress if progress is not None else False,
         )
 
 
@@ -236,9 +245,17 @@ def play_baseline(
         on_record(_finish(q, reply, s))
 
 
-def play(method: Method, policy: Any, s: MethodSettings, tasks: Sequence[TaskInfo], on_record: OnRecord) -> None:
-    """Evaluate ``tasks`` with ``method``; ``on_record`` gets each question's record as soon as it is done."""
+def play(
+    method: Method,
+    policy: Any,
+    s: MethodSettings,
+    tasks: Sequence[TaskInfo],
+    on_record: OnRecord,
+    progress: RolloutProgress | None = None,
+) -> None:
+    """Evaluate ``tasks`` with ``method``; ``on_record`` gets each question's record as soon as it is done;
+    a multi-turn method advances ``progress`` after every batched turn."""
     if method.multi_turn:
-        play_agent(policy, s, tasks, on_record)
+        play_agent(policy, s, tasks, on_record, progress)
     else:
         play_baseline(policy, s, tasks, on_record, retrieve=method is Method.NAIVE_RAG)

@@ -27,6 +27,7 @@ from agent_trainers.evaluation.records import EpisodeRecord, TaskInfo, describe_
 from agent_trainers.evaluation.stats import RESAMPLES
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.progress import RolloutProgress
 
 __all__ = ["EvalRun", "EvalSpec", "run_eval"]
 
@@ -154,7 +155,8 @@ def run_eval(
         out_dir: The evaluation's folder (see :mod:`agent_trainers.evaluation.outputs`).
         resume: Keep the questions already in ``out_dir`` (same spec) and play only the rest;
             ``False`` starts over.
-        progress: Show a progress bar with an ETA (tqdm).
+        progress: Show a progress bar with an ETA (tqdm): over episode-turns for a multi-turn method (model
+            tokens/s, live episodes, questions done, running EM), over questions for a one-turn baseline.
         resamples: Bootstrap resamples of the intervals.
         on_record: Called after each question is written (e.g. to stop a run in tests).
 
@@ -173,22 +175,33 @@ def run_eval(
     done = {r.task_index: r for r in folder.start(spec.to_json(), resume=resume)}
     todo = [t for t in tasks if t.index not in done]
     settings = MethodSettings(spec.env_id, dict(spec.env_kwargs), spec.rollout, spec.seed, names)
-    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=spec.name, unit="q", disable=not progress)
+    if spec.method.multi_turn:  # batched episodes end together: count their turns (tokens/s, live, ETA)
+        turns = RolloutProgress(
+            len(tasks), spec.rollout.max_turns, desc=spec.name, done=len(tasks) - len(todo), disable=not progress
+        )
+        bar = None
+    else:
+        turns = None
+        bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=spec.name, unit="q", disable=not progress)
 
     def record(r: EpisodeRecord) -> None:
         folder.append(r)
         done[r.task_index] = r
-        bar.update(1)
-        if "em" in r.scores:
-            bar.set_postfix(em=f"{sum(x.scores['em'] for x in done.values()) / len(done):.3f}")
+        em = f"em {sum(x.scores['em'] for x in done.values()) / len(done):.3f}" if "em" in r.scores else ""
+        if turns is not None:
+            turns.set_note(", ".join(x for x in (f"{len(done)}/{len(tasks)} q", em) if x))
+        else:
+            bar.update(1)
+            if em:
+                bar.set_postfix_str(em)
         if on_record is not None:
             on_record(r)
 
     try:
         for chunk in _chunks(todo, spec.chunk_size):
-            play(spec.method, policy, settings, chunk, record)
+            play(spec.method, policy, settings, chunk, record, turns)
     finally:
-        bar.close()
+        (turns if turns is not None else bar).close()
     records = [done[t.index] for t in tasks]
     folder.rewrite(records)  # in task order
     summary = summarize(spec, records, tasks, resamples=resamples, seed=spec.seed)

@@ -28,16 +28,21 @@ class RolloutProgress:
         episodes: Episodes in the rollout.
         max_turns: The turn limit; ``None`` (unknown) counts turns without a total or ETA.
         desc: The bar's label.
+        done: Episodes already played before this bar (a resumed evaluation): counted as finished.
         **tqdm_kwargs: Passed to ``tqdm`` (e.g. ``disable=True``, ``file=...``).
     """
 
-    def __init__(self, episodes: int, max_turns: int | None, *, desc: str = "rollout", **tqdm_kwargs: Any):
+    def __init__(
+        self, episodes: int, max_turns: int | None, *, desc: str = "rollout", done: int = 0, **tqdm_kwargs: Any
+    ):
         self.max_turns = max_turns
         total = episodes * max_turns if max_turns else None
-        self.bar = tqdm(total=total, desc=desc, unit="turn", dynamic_ncols=True, **tqdm_kwargs)
+        initial = done * max_turns if max_turns else 0
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="turn", dynamic_ncols=True, **tqdm_kwargs)
         self.start = time.perf_counter()
         self.tokens = 0
-        self.live = episodes
+        self.live = episodes - done
+        self.note = ""
 
     def generated(self, turns: int, tokens: int) -> None:
         """``turns`` episodes each generated one turn, ``tokens`` model tokens in all."""
@@ -52,10 +57,17 @@ class RolloutProgress:
             self.bar.update(max(0, self.max_turns - len(traj.turns)))
         self._postfix()
 
+    def set_note(self, note: str) -> None:
+        """Text shown after the rate and live count (e.g. a running metric)."""
+        self.note = note
+        self._postfix()
+        self.bar.refresh()
+
     def close(self) -> None:
         """Close the bar (its last line stays on the terminal)."""
         self.bar.close()
 
     def _postfix(self) -> None:
         rate = self.tokens / max(1e-9, time.perf_counter() - self.start)
-        self.bar.set_postfix_str(f"{rate:.1f} model tok/s, {self.live} live", refresh=False)
+        note = f", {self.note}" if self.note else ""
+        self.bar.set_postfix_str(f"{rate:.1f} model tok/s, {self.live} live{note}", refresh=False)

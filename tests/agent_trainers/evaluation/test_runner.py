@@ -99,3 +99,53 @@ def test_start_evaluates_the_tasks_from_there_and_is_part_of_the_settings(script
         run_eval(spec("closed-book", limit=2, start=999), scripted(agent_script), tmp_path / "b", progress=False)
     with pytest.raises(ValueError, match="start must be >= 0"):
         spec("closed-book", start=-1)
+
+
+class _Turns:
+    """Records the eval bar after each batched turn and each ended episode (wraps the real RolloutProgress)."""
+
+    made: list = []
+
+    def __new__(cls, *args, **kwargs):
+        import io
+
+        from agent_trainers.rollout.progress import RolloutProgress
+
+        class Recording(RolloutProgress):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **{**kw, "file": io.StringIO(), "disable": False})
+                self.seen: list[tuple[str, int]] = []
+
+            def generated(self, turns, tokens):
+                super().generated(turns, tokens)
+                self.seen.append(("turn", self.bar.n))
+
+            def ended(self, traj):
+                super().ended(traj)
+                self.seen.append(("end", self.bar.n))
+
+        bar = Recording(*args, **kwargs)
+        cls.made.append(bar)
+        return bar
+
+
+def test_the_agent_eval_bar_moves_every_batched_turn_and_counts_resumed_questions(scripted, tmp_path, monkeypatch):
+    """8 questions x 3 turns = 24 episode-turns; chunks of 3: the bar moves after each batched turn, before the
+    chunk's episodes end (the old bar over questions sat at 0 for the whole batched decode)."""
+    import agent_trainers.evaluation.runner as runner
+
+    monkeypatch.setattr(runner, "RolloutProgress", _Turns)
+    _Turns.made.clear()
+    with pytest.raises(Stop):
+        run_eval(spec("agent"), scripted(agent_script), tmp_path, progress=True, on_record=stop_after(3))
+    (first,) = _Turns.made
+    assert first.bar.total == 24 and first.bar.initial == 0
+    kinds = [k for k, _ in first.seen]
+    assert kinds[0] == "turn" and first.seen[0][1] == 3  # one turn of the first chunk's 3 episodes
+    assert "end" in kinds and kinds.index("end") > 0  # turns counted before any question ended
+    ns = [n for _, n in first.seen]
+    assert ns == sorted(ns) and ns[-1] <= 24
+    run = run_eval(spec("agent"), scripted(agent_script), tmp_path, progress=True)  # resumes after 3 questions
+    second = _Turns.made[1]
+    assert second.bar.initial == 3 * 3 and second.live == 0 and second.bar.n == 24
+    assert second.note == "8/8 q, em 0.500" and run.summary["metrics"]["em"]["mean"] == 0.5
