@@ -41,8 +41,8 @@ __all__ = [
     "ScaleRewards",
     "VLLMMode",
     "bf16_enabled",
-    "cpu_has_native_bf16",
     "changed_settings",
+    "cpu_has_native_bf16",
     "device_args",
 ]
 
