@@ -24,6 +24,7 @@ rollout/format_errors       share of model turns the env refused as malformed
 kl                          KL to the reference policy (only with one: ``rl.beta > 0``)
 entropy                     mean entropy of the policy on the trained tokens
 grad_norm                   gradient norm before clipping
+update/skipped              1 when the step's update was dropped: no advantage was non-zero (TRL trainers)
 clip                        share of tokens whose ratio was clipped
 tokens/total                prompt + completion tokens of the step
 step_time                   seconds of the step (rollouts and update)
@@ -71,6 +72,7 @@ DIAGNOSTICS: tuple[Diagnostic, ...] = (
     _row("kl", "KL", 4, "kl_reward/mean", "ppo/kl_ref"),
     _row("entropy", "entropy", 3, "ppo/entropy"),
     _row("grad_norm", "|grad|", 2),
+    _row("update/skipped", "skipped", 0),
     _row("clip", "clip", 3, "clip_ratio/region_mean", "ppo/clipfrac"),
     _row("tokens/total", "tokens", 0),
     _row("step_time", "s", 1),

@@ -55,7 +55,7 @@ def test_the_step_line_shows_every_diagnostic_and_dashes_the_absent():
     assert line == (
         "RL step 3/10: 30.0 s (mean 20.0 s/step, ETA 2.3 min) | reward 0.250 | in-group sd — | tied 0.50 | "
         "dropped — | answered 0.88 | turns — | evidence — | format err — | KL 0.0001 | entropy — | |grad| — | "
-        "clip — | tokens 4321"
+        "skipped — | clip — | tokens 4321"
     )
     assert len(DIAGNOSTICS) == line.count(" | ") + 1  # every row but step_time, plus the head
 

@@ -59,6 +59,7 @@ def make_trainer(
     tokens=24,
     gamma=1.0,
     env_kwargs=None,
+    steps=1,
 ):
     model, tok = tiny_random_model()
     rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
@@ -70,7 +71,7 @@ def make_trainer(
         loss_mask=loss_mask,
     )
     args = make_grpo_config(
-        device="cpu", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
+        device="cpu", output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4, num_generations=2,
         learning_rate=1e-2, max_completion_length=1024, seed=0, beta=beta,
     )  # fmt: skip
     return AgentGRPOTrainer(
@@ -271,3 +272,55 @@ def test_micro_batch_args_split_one_generation_into_accumulated_micro_batches():
     }
     with pytest.raises(ValueError, match=r"divide the rollouts per step \(got 3 and 8\)"):
         micro_batch_args(8, 3)
+
+
+class TiesAfterFirstStep(ScriptedLookup):
+    """As :class:`ScriptedLookup` (rewards vary within a group) until ``tie`` is set; then every row answers
+    right, so every group ties and every advantage is 0."""
+
+    tie = False
+
+    def generate(self, prompts, params):
+        if not TiesAfterFirstStep.tie:
+            return super().generate(prompts, params)
+        return [self._right(ids) for ids in prompts]
+
+    def _right(self, ids):
+        text = self.tokenizer.decode(ids)
+        country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
+        if f"The capital of {country.country} is" in text:
+            action = f"<answer>{country.capital}</answer>"
+        else:
+            action = env_parser.format_call("lookup", {"country": country.country})
+        tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return Generation(token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason=FinishReason.STOP)
+
+
+def test_a_step_where_every_group_ties_moves_no_weight(tmp_path, one_thread):
+    """Step 1 has signal and updates; step 2's groups all tie (every advantage 0): its update is dropped, so no
+    weight moves (with the zero gradient left in, Adam's first moment would move every weight by ~lr)."""
+    from transformers import TrainerCallback
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kw):
+            if state.global_step == 1:
+                self.after_first = [p.detach().clone() for p in model.parameters()]
+                TiesAfterFirstStep.tie = True
+
+    TiesAfterFirstStep.tie = False
+    trainer = make_trainer(tmp_path, "grpo", "turn", lambda m, t, s: TiesAfterFirstStep(t), steps=2)
+    snap = Snapshot()
+    trainer.add_callback(snap)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    try:
+        trainer.train()
+    finally:
+        TiesAfterFirstStep.tie = False
+    assert trainer.state.global_step == 2
+    first, second = (r for r in trainer.state.log_history if "update/skipped" in r)
+    assert (first["update/skipped"], second["update/skipped"]) == (0.0, 1.0)
+    assert first["groups/tied"] == 0.0 and second["groups/tied"] == 1.0
+    moved = sum(not torch.equal(a, b) for a, b in zip(before, snap.after_first, strict=True))
+    assert moved > 0  # the first step updated
+    after = list(trainer.model.parameters())
+    assert all(torch.equal(a, b.detach()) for a, b in zip(snap.after_first, after, strict=True))
