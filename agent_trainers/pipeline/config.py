@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_trainers.algorithms.ppo.config import PPO_READS, PPOConfig, check_ppo_settings
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
-from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, changed_settings
+from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, bf16_enabled, changed_settings
 from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
 from agent_trainers.policies.loader import Device
 from agent_trainers.policies.threads import Threads
@@ -185,6 +185,8 @@ class TrainConfig(_Section):
             )
         if not (self.sft.enabled or rl.enabled):
             raise ValueError("enable at least one stage (sft.enabled or rl.enabled)")
+        if self.bf16:
+            bf16_enabled(self.device, True)  # refused on a CPU without native bf16
         if rl.enabled:
             self._rl_checks()
         return self
