@@ -137,6 +137,34 @@ def summarize(spec: EvalSpec, records: Sequence[EpisodeRecord], tasks: Sequence[
     }
 
 
+class _EvalProgress:
+    """The evaluation's bar: over episode-turns for a multi-turn method (batched episodes end together, so a bar
+    over questions would sit at 0 for a whole batched decode), over questions for a one-turn baseline."""
+
+    def __init__(self, spec: EvalSpec, total: int, done: int, *, enabled: bool):
+        from tqdm import tqdm
+
+        self.total = total
+        self.turns = None
+        self.bar = None
+        if spec.method.multi_turn:
+            self.turns = RolloutProgress(total, spec.rollout.max_turns, desc=spec.name, done=done, disable=not enabled)
+        else:
+            self.bar = tqdm(total=total, initial=done, desc=spec.name, unit="q", disable=not enabled)
+
+    def record(self, r: EpisodeRecord, done: dict[int, EpisodeRecord]) -> None:
+        em = f"em {sum(x.scores['em'] for x in done.values()) / len(done):.3f}" if "em" in r.scores else ""
+        if self.turns is not None:
+            self.turns.set_note(", ".join(x for x in (f"{len(done)}/{self.total} q", em) if x))
+        else:
+            self.bar.update(1)
+            if em:
+                self.bar.set_postfix_str(em)
+
+    def close(self) -> None:
+        (self.turns if self.turns is not None else self.bar).close()
+
+
 def run_eval(
     spec: EvalSpec,
     policy: Any,
@@ -167,41 +195,26 @@ def run_eval(
         SpecMismatchError: ``resume`` and ``out_dir`` holds another evaluation.
         MissingMetricError: An answered episode lacks an answer metric the env names.
     """
-    from tqdm import tqdm
-
     start, cpu = time.perf_counter(), time.process_time()
     tasks, names = _tasks(spec)
     folder = EvalFolder(out_dir)
     done = {r.task_index: r for r in folder.start(spec.to_json(), resume=resume)}
     todo = [t for t in tasks if t.index not in done]
     settings = MethodSettings(spec.env_id, dict(spec.env_kwargs), spec.rollout, spec.seed, names)
-    if spec.method.multi_turn:  # batched episodes end together: count their turns (tokens/s, live, ETA)
-        turns = RolloutProgress(
-            len(tasks), spec.rollout.max_turns, desc=spec.name, done=len(tasks) - len(todo), disable=not progress
-        )
-        bar = None
-    else:
-        turns = None
-        bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=spec.name, unit="q", disable=not progress)
+    bar = _EvalProgress(spec, len(tasks), len(tasks) - len(todo), enabled=progress)
 
     def record(r: EpisodeRecord) -> None:
         folder.append(r)
         done[r.task_index] = r
-        em = f"em {sum(x.scores['em'] for x in done.values()) / len(done):.3f}" if "em" in r.scores else ""
-        if turns is not None:
-            turns.set_note(", ".join(x for x in (f"{len(done)}/{len(tasks)} q", em) if x))
-        else:
-            bar.update(1)
-            if em:
-                bar.set_postfix_str(em)
+        bar.record(r, done)
         if on_record is not None:
             on_record(r)
 
     try:
         for chunk in _chunks(todo, spec.chunk_size):
-            play(spec.method, policy, settings, chunk, record, turns)
+            play(spec.method, policy, settings, chunk, record, bar.turns)
     finally:
-        (turns if turns is not None else bar).close()
+        bar.close()
     records = [done[t.index] for t in tasks]
     folder.rewrite(records)  # in task order
     summary = summarize(spec, records, tasks, resamples=resamples, seed=spec.seed)
