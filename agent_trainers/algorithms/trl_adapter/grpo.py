@@ -140,10 +140,14 @@ class _DropSignalFreeUpdates(TrainerCallback):
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         t = self.trainer
-        if not t._signal_in_step:
+        signal = t._signal_in_step
+        if t.accelerator.num_processes > 1:  # the gradients are all-reduced: drop them everywhere or nowhere
+            flag = torch.tensor([1.0 if signal else 0.0], device=t.accelerator.device)
+            signal = bool(t.accelerator.reduce(flag, reduction="sum").item() > 0)
+        if not signal:
             for p in t.model.parameters():
                 p.grad = None
-        t._metrics["train"]["update/skipped"].append(0.0 if t._signal_in_step else 1.0)
+        t._metrics["train"]["update/skipped"].append(0.0 if signal else 1.0)
         t._signal_in_step = False
 
 
