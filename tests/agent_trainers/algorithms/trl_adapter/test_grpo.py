@@ -31,17 +31,20 @@ class ScriptedLookup:
         self.tokenizer = tokenizer
 
     def generate(self, prompts, params):
-        out = []
-        for row, ids in enumerate(prompts):
-            text = self.tokenizer.decode(ids)
-            country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
-            if f"The capital of {country.country} is" in text:
-                action = f"<answer>{country.capital if row % 2 == 0 else 'Atlantis'}</answer>"
-            else:
-                action = env_parser.format_call("lookup", {"country": country.country})
-            tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-            out.append(Generation(token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason=FinishReason.STOP))
-        return out
+        return [self._turn(ids, right=self.answers_right(row)) for row, ids in enumerate(prompts)]
+
+    def answers_right(self, row):
+        return row % 2 == 0
+
+    def _turn(self, ids, *, right):
+        text = self.tokenizer.decode(ids)
+        country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
+        if f"The capital of {country.country} is" in text:
+            action = f"<answer>{country.capital if right else 'Atlantis'}</answer>"
+        else:
+            action = env_parser.format_call("lookup", {"country": country.country})
+        tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return Generation(token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason=FinishReason.STOP)
 
 
 def scripted(model, tok, seed):
@@ -280,20 +283,8 @@ class TiesAfterFirstStep(ScriptedLookup):
 
     tie = False
 
-    def generate(self, prompts, params):
-        if not TiesAfterFirstStep.tie:
-            return super().generate(prompts, params)
-        return [self._right(ids) for ids in prompts]
-
-    def _right(self, ids):
-        text = self.tokenizer.decode(ids)
-        country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
-        if f"The capital of {country.country} is" in text:
-            action = f"<answer>{country.capital}</answer>"
-        else:
-            action = env_parser.format_call("lookup", {"country": country.country})
-        tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return Generation(token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason=FinishReason.STOP)
+    def answers_right(self, row):
+        return TiesAfterFirstStep.tie or super().answers_right(row)
 
 
 def test_a_step_where_every_group_ties_moves_no_weight(tmp_path, one_thread):
