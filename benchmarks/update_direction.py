@@ -53,11 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from agent_trainers.algorithms.shared.logprobs import frozen_copy, scored_token_logprobs
     from agent_trainers.pipeline.config import config_from_dict
-    from agent_trainers.pipeline.plots import MetricsLog
-    from agent_trainers.pipeline.stages import RunState, run_trl_rl_stage
-    from agent_trainers.pipeline.train import seed_everything
-    from agent_trainers.policies import load_model
-    from agent_trainers.policies.threads import apply_threads
+    from agent_trainers.pipeline.stages import run_trl_rl_stage
+    from agent_trainers.pipeline.train import open_run
 
     args = parse_args(argv)
     data = yaml.safe_load((ROOT / args.config).read_text())
@@ -66,13 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data["rl"] = {**data["rl"], "steps": 1, "learning_rate": args.lr, "save_steps": 1}
     data["sft"] = {**data.get("sft", {}), "enabled": False}
     data["eval"] = {**data.get("eval", {}), "every": 0, "before": False}
-    config = config_from_dict(data)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    seed_everything(config.seed)
-    apply_threads(config.threads)
-    model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
-    state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl"))
+    state = open_run(config_from_dict(data))  # as agent-r1 train starts a run
     before = frozen_copy(state.model)
     kept: list[dict] = []
 

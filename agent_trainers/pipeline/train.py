@@ -35,7 +35,7 @@ from agent_trainers.pipeline.stages import STAGES, RunState
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.threads import apply_threads
 
-__all__ = ["RunResult", "run_training", "seed_everything"]
+__all__ = ["RunResult", "open_run", "run_training", "seed_everything"]
 
 
 @dataclass
@@ -82,6 +82,20 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     return plot
 
 
+def open_run(config: TrainConfig, *, resume: bool = False) -> RunState:
+    """A run's start: its folder and saved config, the seeds, the threads, the model; the state the stages take."""
+    out, main = Path(config.output_dir), is_main_process()
+    out.mkdir(parents=True, exist_ok=True)
+    if main:
+        (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    seed_everything(config.seed)
+    threads = apply_threads(config.threads)
+    if main and config.threads == "auto":
+        print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
+    model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
+    return RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
+
+
 def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
     """Run the enabled stages of :data:`~agent_trainers.pipeline.stages.STAGES` end to end.
 
@@ -94,16 +108,8 @@ def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequen
     Returns:
         The evaluations, output folder and plot path.
     """
-    out, main = Path(config.output_dir), is_main_process()
-    out.mkdir(parents=True, exist_ok=True)
-    if main:
-        (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    seed_everything(config.seed)
-    threads = apply_threads(config.threads)
-    if main and config.threads == "auto":
-        print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
-    model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
-    state = RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
+    state = open_run(config, resume=resume)
+    out, main = state.out, is_main_process()
     state.callbacks = list(callbacks)
     state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None
     start = time.perf_counter()
