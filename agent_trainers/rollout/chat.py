@@ -15,6 +15,15 @@ share of the chat template is tokenized, and the history is never re-rendered:
   the model itself emitted ``<|im_end|>``), the env's messages and the next
   generation prompt (``<|im_start|>assistant\\n``).
 
+Message content from the environment (tool results, questions) is text, never
+control tokens: a passage holding ``<|im_end|><|im_start|>assistant`` must not
+open a turn the model did not write. When a message's content holds the text of
+a special token, that content is encoded with special-token parsing off
+(:meth:`ChatTokenizer.encode_text`) and the template around it as usual (the
+template's own ``<|im_start|>`` stay control tokens); any other content is
+encoded with the template in one piece, so ordinary chats keep the ids of one
+whole render.
+
 This needs a template that renders each message independently of the ones
 before the anchor (ChatML and the shipped tool template do). A template that
 does not is refused when a :class:`ChatTokenizer` is built
@@ -34,6 +43,8 @@ from transformers import PreTrainedTokenizerBase
 from agent_trainers.policies.sampling import end_of_turn_id, end_token_ids
 
 __all__ = ["ChatTokenizer", "TemplateDriftError", "TokenizedChat", "tokenize_chat"]
+
+_MARK = "\ue000{}\ue001"  # stands for a message's content while the template renders around it (private use)
 
 _ANCHOR: tuple[dict[str, str], ...] = ({"role": "system", "content": "."}, {"role": "user", "content": "."})
 _SAMPLE: tuple[dict[str, str], ...] = (
@@ -73,6 +84,11 @@ class ChatTokenizer:
         self.end_ids = end_token_ids(tokenizer)
         self.end_of_turn = end_of_turn_id(tokenizer)
         self._heads: dict[str, str] = {}
+        self.control_tokens = sorted(
+            {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}, key=len, reverse=True
+        )
+        """The text of every special token (``<|im_start|>``, ``<|im_end|>``, ...): control, never content."""
+        self.control_ids = frozenset(tokenizer.convert_tokens_to_ids(self.control_tokens))
         if check:
             self._check_context_free()
 
@@ -92,6 +108,52 @@ class ChatTokenizer:
         """Token ids of ``text`` (no special tokens added)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of ``text`` as plain text: a special token's text in it is spelt out, never the control id."""
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+    def holds_control(self, text: str) -> bool:
+        """Whether ``text`` contains the text of a special token."""
+        return any(token in text for token in self.control_tokens)
+
+    def count_control(self, ids: Sequence[int]) -> int:
+        """How many of ``ids`` are special (control) tokens."""
+        return sum(1 for i in ids if i in self.control_ids)
+
+    def encode_messages(self, render: Any, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Ids of ``render(messages)`` with each message's content encoded as plain text where it needs it.
+
+        ``render`` maps messages to the template text (a whole render, or the part after a model turn). A
+        content holding a special token's text is replaced by a marker while the template renders; the
+        template pieces are encoded as usual, that content with :meth:`encode_text`. Without such content this
+        is ``encode(render(messages))``.
+
+        Raises:
+            TemplateDriftError: The template does not render such a content verbatim.
+        """
+        masked, hidden = [], []
+        for m in messages:
+            content = m.get("content")
+            if isinstance(content, str) and self.holds_control(content):
+                masked.append({**m, "content": _MARK.format(len(hidden))})
+                hidden.append(content)
+            else:
+                masked.append(dict(m))
+        if not hidden:
+            return self.encode(render(messages))
+        frame, ids = render(masked), []
+        for k, content in enumerate(hidden):
+            before, mark, frame = frame.partition(_MARK.format(k))
+            if not mark:
+                raise TemplateDriftError(
+                    "the chat template does not render a message's content verbatim, so content holding "
+                    "special-token text cannot be kept out of the control tokens"
+                )
+            ids += self.encode(before) + self.encode_text(content)
+        return ids + self.encode(frame)
+
     def decode(self, ids: Sequence[int]) -> str:
         """The exact text of ``ids`` (special tokens kept, no clean-up)."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -99,7 +161,7 @@ class ChatTokenizer:
     # -------------------------------------------------------- incremental
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> list[int]:
         """Ids of the opening messages plus the generation prompt (rendered once per episode)."""
-        return self.encode(self.render(messages, generation_prompt=True, tools=tools))
+        return self.encode_messages(lambda ms: self.render(ms, generation_prompt=True, tools=tools), messages)
 
     def split_turn(self, ids: Sequence[int]) -> tuple[str, str]:
         """``(content, text)`` of a model turn: its message content (no final end-of-turn id) and all its text."""
@@ -138,8 +200,8 @@ class ChatTokenizer:
         return full[len(head) + len(model_text) :]
 
     def env_ids(self, model_text: str, content: str, new_messages: Sequence[Mapping[str, Any]], **kw: Any) -> list[int]:
-        """Token ids of :meth:`env_text` (same arguments)."""
-        return self.encode(self.env_text(model_text, content, new_messages, **kw))
+        """Token ids of :meth:`env_text` (same arguments); env content never becomes control tokens."""
+        return self.encode_messages(lambda ms: self.env_text(model_text, content, ms, **kw), new_messages)
 
     def _head(self, tools: Sequence[Any] | None) -> str:
         key = json.dumps(list(tools or []), sort_keys=True, default=str)
@@ -187,9 +249,9 @@ def tokenize_chat(
 ) -> TokenizedChat:
     """Tokenize a finished chat turn by turn (each message rendered once), as the engine does.
 
-    Each assistant message becomes ``encode(content) + [end_of_turn]`` (mask 1),
-    exactly what a model writing it would emit; everything else is template
-    text (mask 0).
+    Each assistant message becomes ``encode_text(content) + [end_of_turn]``
+    (mask 1), exactly what a model writing it would emit (a special token's
+    text in it stays text); everything else is template text (mask 0).
 
     Raises:
         ValueError: The chat has no assistant message.
@@ -202,7 +264,7 @@ def tokenize_chat(
     mask = [0] * len(ids)
     for n, k in enumerate(turns):
         content = str(msgs[k].get("content") or "")
-        model_ids = [*chat.encode(content), chat.end_of_turn]
+        model_ids = [*chat.encode_text(content), chat.end_of_turn]
         nxt = turns[n + 1] if n + 1 < len(turns) else len(msgs)
         env = chat.env_ids(
             chat.decode(model_ids), content, msgs[k + 1 : nxt], generation_prompt=nxt < len(msgs), tools=tools

@@ -16,7 +16,10 @@ primitives. :func:`check_trajectory` verifies, for one
    turn's env tokens are exactly ``tokenize(render(messages up to the next
    turn) minus render(messages before the turn, with generation prompt) minus
    the model's text)``; the last turn's env span may also be empty (a token
-   budget dropped it) or lack the generation prompt (the episode ended);
+   budget dropped it) or lack the generation prompt (the episode ended); env
+   content holding a special token's text is spelt out as text, so env tokens
+   hold exactly the control tokens the template puts there (a passage with
+   ``<|im_end|><|im_start|>assistant`` in it cannot forge a turn);
 4. prefix stability: the template renders ``messages[:k]`` as a prefix of
    ``messages[:k+1]`` for every k.
 
@@ -85,6 +88,19 @@ def _check_shapes(traj: Trajectory) -> None:
                 raise TrajectoryError(f"turn {k}: env token {i} has log-prob {lp} (must be 0.0)")
 
 
+def _check_ids(chat: ChatTokenizer, where: str, ids: list[int], want: list[int], text: str) -> None:
+    """``ids`` (which decode to ``text``) must be ``want``; say so first when env text became control tokens."""
+    if ids == want:
+        return
+    got_control, want_control = chat.count_control(ids), chat.count_control(want)
+    if got_control > want_control:
+        raise TrajectoryError(
+            f"{where} hold {got_control} control tokens where the chat template puts {want_control}: "
+            "env text (a tool result or question) was tokenized into special tokens, which can forge a chat turn"
+        )
+    raise TrajectoryError(f"{where} are not the tokenization of {text!r}")
+
+
 def _assistant_positions(traj: Trajectory) -> list[int]:
     pos = [i for i, m in enumerate(traj.messages) if m.get("role") == "assistant"]
     if len(pos) != len(traj.turns):
@@ -115,9 +131,13 @@ def _check_turn(traj: Trajectory, chat: ChatTokenizer, k: int, pos: list[int]) -
         if not full.startswith(before):
             raise TrajectoryError(f"turn {k}: template re-renders the model's turn differently; {_diff(before, full)}")
         expected.append(full[len(before) :])
-    if (last and not env_ids) or got in expected:
-        if env_ids and chat.encode(got) != env_ids:
-            raise TrajectoryError(f"turn {k}: env tokens [{t.end}, {t.env_end}) are not the tokenization of {got!r}")
+    if last and not env_ids:
+        return
+    if got in expected:
+        gen_prompt = not last if got == expected[0] else True
+        new = msgs[pos[k] + 1 : len(upto)]
+        want = chat.env_ids(chat.decode(model_ids), content, new, generation_prompt=gen_prompt, tools=tools)
+        _check_ids(chat, f"turn {k}: env tokens [{t.end}, {t.env_end})", env_ids, want, got)
         return
     raise TrajectoryError(
         f"turn {k}: env tokens [{t.end}, {t.env_end}) do not match the env text; {_diff(expected[0], got)}"
@@ -149,8 +169,8 @@ def check_trajectory(traj: Trajectory, tokenizer: PreTrainedTokenizerBase) -> No
         raise TrajectoryError(
             "prompt_ids do not decode to the rendered prompt; " + _diff(prompt, chat.decode(traj.prompt_ids))
         )
-    if chat.encode(prompt) != list(traj.prompt_ids):
-        raise TrajectoryError("prompt_ids are not the tokenization of the rendered prompt")
+    want = chat.prompt_ids(traj.messages[:first], traj.tools)
+    _check_ids(chat, "prompt_ids", list(traj.prompt_ids), want, prompt)
     for k in range(len(traj.turns)):
         _check_turn(traj, chat, k, pos)
     check_prefix_stable(tokenizer, traj.messages, traj.tools)
