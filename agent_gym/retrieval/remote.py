@@ -10,8 +10,10 @@ A hostile or broken server cannot hold an episode: every request has a
 **total deadline** (``timeout``: connecting, retries, waiting and reading the
 whole body together - a server that drips one byte every 0.5 s is cut off at
 the deadline, not after each read), a **response-size cap** (the body is
-streamed and abandoned past ``max_response_bytes``, so a 300 MB answer costs
-at most the cap in memory), and **bounded retries** with exponential backoff
+streamed and abandoned once its *decoded* size passes ``max_response_bytes``,
+so a 300 MB answer, or a 2 KB Brotli body that decodes to 1 GiB, costs at most
+the cap in memory: the client asks for ``identity``, decodes a gzip/deflate body
+itself in bounded pieces and refuses any other encoding unread), and **bounded retries** with exponential backoff
 on network errors (refused, reset or dropped connections), HTTP 429 and 5xx
 (``/retrieve`` is read-only, so repeating it is safe). Every failure is
 a :class:`RemoteRetrieverError` with a message naming the server and what went
@@ -43,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from agent_gym.core.bodies import BodyError, BodyReader, BodyTooLarge
 from agent_gym.core.files import loads
 from agent_gym.core.passages import Passage, passage_id
 from agent_gym.retrieval.base import check_k, check_queries
@@ -269,17 +272,24 @@ class RemoteRetriever:
         return decoded["result"]
 
     async def _read_capped(self, response: httpx.Response) -> bytearray:
-        """The body, streamed; abandoned (connection closed) as soon as it passes ``max_response_bytes``."""
+        """The body, streamed raw and decoded here; abandoned (connection closed) as soon as its *decoded* size
+        passes ``max_response_bytes`` (:class:`~agent_gym.core.bodies.BodyReader`: a small compressed body
+        cannot grow past the cap, an encoding not asked for is refused unread)."""
         cap = self.max_response_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise RemoteRetrieverError(f"{self.url} announced a {int(declared):,}-byte answer (limit {cap:,} bytes)")
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > cap:
-                raise RemoteRetrieverError(f"{self.url} sent more than {cap:,} bytes (max_response_bytes); abandoned")
-        return body  # no bytes() copy: the peak stays near the cap
+        try:
+            reader = BodyReader(response.headers.get("content-encoding"), cap)
+            async for chunk in response.aiter_raw():
+                reader.feed(chunk)
+            return reader.finish()  # no bytes() copy: the peak stays near the cap
+        except BodyTooLarge:
+            raise RemoteRetrieverError(
+                f"{self.url} sent more than {cap:,} bytes (max_response_bytes, decoded); abandoned"
+            ) from None
+        except BodyError as exc:
+            raise RemoteRetrieverError(f"{self.url}: {exc}; abandoned") from None
 
     # --------------------------------------------------------------- parsing
     def _to_hits(self, answer: Any, k: int, keep: frozenset[str] | None) -> list[Hit]:

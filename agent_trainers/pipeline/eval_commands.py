@@ -62,6 +62,12 @@ def build_eval_parser() -> argparse.ArgumentParser:
     ev.add_argument("--base-url", help="an OpenAI-compatible server (e.g. http://127.0.0.1:8000/v1) instead of --model")
     ev.add_argument("--api-model", help="with --base-url: the request's model name (default: --model)")
     ev.add_argument("--api-key-env", default="OPENAI_API_KEY", help="with --base-url: env variable holding the key")
+    ev.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60.0,
+        help="with --base-url: total deadline of one completion, retries, headers and body included (default 60)",
+    )
     ev.add_argument("--limit", "--tasks", type=int, default=None, help="evaluate the first N questions (default all)")
     ev.add_argument("--first-task", type=int, default=0, help="index of the first question evaluated (default 0)")
     ev.add_argument("--out", help="output folder (default runs/eval/<env>-<label>); running again continues it")
@@ -149,7 +155,12 @@ def _policy(args: argparse.Namespace) -> Any:
     if args.base_url:
         from agent_trainers.policies import OpenAIPolicy
 
-        return OpenAIPolicy(args.base_url, args.api_model or args.model, api_key=os.environ.get(args.api_key_env))
+        return OpenAIPolicy(
+            args.base_url,
+            args.api_model or args.model,
+            api_key=os.environ.get(args.api_key_env),
+            timeout_s=args.timeout_s,
+        )
     from agent_trainers.pipeline.train import seed_everything
     from agent_trainers.policies import TransformersPolicy, load_model
     from agent_trainers.policies.threads import apply_threads

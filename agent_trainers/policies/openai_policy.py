@@ -4,10 +4,15 @@ Text only: the server's tokenizer is unknown, so there are no token ids or
 log-probs; the rollout engine then runs in text mode (``loss_mask`` and
 ``logprobs`` stay empty). Use it to evaluate, never to train.
 
-Requests go through one pooled ``httpx.Client``. Each completion has a *total*
-deadline (``timeout_s``) that covers connecting, every retry and reading the
-body: the body is streamed and abandoned as soon as the deadline passes or it
-grows past ``max_response_bytes``; each read waits at most for the time left.
+Requests go through one pooled ``httpx.AsyncClient`` on the policy's own event
+loop. Each completion has a *total* deadline (``timeout_s``) that covers
+connecting, every retry, the headers and the body: each attempt runs under
+``asyncio.timeout`` for the time left, so a server that drips its headers or
+its body one byte at a time is cut off at the deadline (per-read time-outs
+alone never fire on it). The body is read raw and abandoned once its *decoded*
+size passes ``max_response_bytes``: the client asks for ``identity``, decodes a
+gzip/deflate body itself in bounded pieces and refuses any other encoding
+unread (:class:`~agent_gym.core.bodies.BodyReader`).
 Connection errors, time-outs and HTTP 408/429/5xx answers are retried at most
 ``max_retries`` times with exponential back-off, never past the deadline; any
 other HTTP error fails at once with the server's message.
@@ -15,13 +20,16 @@ other HTTP error fails at once with the server's message.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from agent_gym.core.bodies import BodyError, BodyReader, BodyTooLarge
 from agent_trainers.policies.sampling import FinishReason, Generation, SamplingParams
 
 __all__ = ["EndpointError", "OpenAIPolicy"]
@@ -73,12 +81,20 @@ class OpenAIPolicy:
         self.base_url, self.model = base_url.rstrip("/"), model
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.max_response_bytes = max_response_bytes
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(headers=headers)
+        self._headers = {"Accept-Encoding": "identity"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+        self._loop = asyncio.new_event_loop()
+        self._lock = threading.Lock()  # one request at a time on the private loop
+        self._client: httpx.AsyncClient | None = None
 
     def close(self) -> None:
-        """Close the pooled connections."""
-        self._client.close()
+        """Close the pooled connections and the private event loop."""
+        with self._lock:
+            if self._loop.is_closed():
+                return
+            if self._client is not None:
+                self._loop.run_until_complete(self._client.aclose())
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
     def __enter__(self) -> OpenAIPolicy:
         return self
@@ -128,31 +144,44 @@ class OpenAIPolicy:
         )
 
     def _attempt(self, body: dict[str, Any], deadline: float) -> dict[str, Any]:
-        timeout = httpx.Timeout(max(0.01, deadline - time.monotonic()))
-        try:
-            with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body, timeout=timeout) as resp:
-                data = self._read(resp, deadline)
-        except httpx.TransportError as exc:  # connect errors, time-outs, broken connections
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-        if resp.status_code in _RETRY_STATUS:
-            raise _Retryable(f"HTTP {resp.status_code}: {data[:200]!r}")
-        if resp.status_code >= 400:
-            raise EndpointError(f"{self.base_url}: HTTP {resp.status_code}: {data[:300]!r}")
+        left = deadline - time.monotonic()
+        with self._lock:
+            if self._loop.is_closed():
+                raise EndpointError("the policy is closed")
+            try:
+                status, data = self._loop.run_until_complete(asyncio.wait_for(self._fetch(body, left), left))
+            except TimeoutError:  # headers or body not complete in time: the request was cancelled
+                raise _Retryable(f"no complete answer within {self.timeout_s} s") from None
+            except httpx.TransportError as exc:  # connect errors, broken connections
+                raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            finally:  # let the clean-up a cancelled read scheduled (closing its stream) run now
+                self._loop.run_until_complete(asyncio.sleep(0))
+        if status in _RETRY_STATUS:
+            raise _Retryable(f"HTTP {status}: {data[:200]!r}")
+        if status >= 400:
+            raise EndpointError(f"{self.base_url}: HTTP {status}: {data[:300]!r}")
         try:
             return json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise EndpointError(f"{self.base_url}: response is not JSON: {data[:200]!r}") from exc
 
-    def _read(self, resp: httpx.Response, deadline: float) -> bytes:
-        chunks, size = [], 0
-        for chunk in resp.iter_bytes():
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise EndpointError(f"{self.base_url}: response larger than {self.max_response_bytes} bytes")
-            if time.monotonic() > deadline:
-                raise _Retryable(f"response body not complete within {self.timeout_s} s")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    async def _fetch(self, body: dict[str, Any], left: float) -> tuple[int, bytes]:
+        """``(status, decoded body)`` of one POST (the caller bounds its total time)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(headers=self._headers)
+        url = f"{self.base_url}/chat/completions"
+        async with self._client.stream("POST", url, json=body, timeout=httpx.Timeout(max(0.01, left))) as resp:
+            try:
+                reader = BodyReader(resp.headers.get("content-encoding"), self.max_response_bytes)
+                async for chunk in resp.aiter_raw():
+                    reader.feed(chunk)
+                return resp.status_code, bytes(reader.finish())
+            except BodyTooLarge:
+                raise EndpointError(
+                    f"{self.base_url}: response larger than {self.max_response_bytes} bytes (decoded)"
+                ) from None
+            except BodyError as exc:
+                raise EndpointError(f"{self.base_url}: {exc}") from None
 
 
 def _closing_stop(text: str, stop: Sequence[str]) -> str:

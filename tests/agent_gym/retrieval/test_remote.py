@@ -1,10 +1,12 @@
 """RemoteRetriever against real local HTTP servers, honest and hostile (issue 10 point 5)."""
 
+import gzip
 import json
 import pickle
 import socket
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +23,13 @@ DOCS = [
     Passage("3", "Seine", "The Seine flows through Paris."),
 ]
 LOCAL = BM25Retriever(DOCS)
+GZIP_BOMB = gzip.compress(b"\0" * 64 * 2**20, compresslevel=9)
+try:
+    import brotli
+
+    BROTLI_BOMB = brotli.compress(b"\0" * 64 * 2**20)
+except ImportError:  # brotli is not a dependency: the body is refused by its header, unread, either way
+    BROTLI_BOMB = b"\x0b" * 1642
 
 
 def _answer(body: dict) -> bytes:
@@ -112,6 +121,23 @@ class Handler(BaseHTTPRequestHandler):
     def _announced_huge(self, body):
         self._send(200, b"{}", length=300 * 2**20)
         self.close_connection = True
+
+    def _encoded(self, encoding: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", encoding)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _gzip_bomb(self, body):  # 64 KiB on the wire, 64 MiB decoded
+        self._encoded("gzip", GZIP_BOMB)
+
+    def _gzip_ok(self, body):
+        self._encoded("gzip", gzip.compress(_answer(body)))
+
+    def _brotli_bomb(self, body):  # never asked for: refused before a byte is decoded
+        self._encoded("br", BROTLI_BOMB)
 
     def _hang_up(self, body):  # close the connection without an answer
         self.close_connection = True
@@ -228,6 +254,42 @@ def test_huge_body_is_abandoned_at_the_cap(server):
     assert time.perf_counter() - start < 3.0
     time.sleep(0.2)
     assert Handler.sent_bytes < 100 * 2**20  # the client hung up long before the server's 300 MB
+
+
+def _peak_mb(call) -> float:
+    tracemalloc.start()
+    try:
+        call()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak / 2**20
+
+
+def test_a_compressed_body_is_capped_at_its_decoded_size(server):
+    """64 KiB of gzip that decodes to 64 MiB: abandoned at the 1 MiB cap, never decoded past it (issue 25.1)."""
+    Handler.mode = "gzip_bomb"
+    remote = RemoteRetriever(server, timeout=10, max_response_bytes=2**20)
+
+    def search():
+        with pytest.raises(RemoteRetrieverError, match=r"sent more than 1,048,576 bytes \(max_response_bytes, decoded"):
+            remote.search("Paris")
+
+    start = time.perf_counter()
+    assert len(GZIP_BOMB) < 2**17 and _peak_mb(search) < 8  # letting httpx decode it held 64 MiB at once
+    assert time.perf_counter() - start < 3.0
+
+
+def test_an_encoding_not_asked_for_is_refused_unread_and_gzip_is_read(server):
+    Handler.mode = "brotli_bomb"
+    start = time.perf_counter()
+    with pytest.raises(RemoteRetrieverError, match="encoded as 'br', which was not asked for"):
+        RemoteRetriever(server, timeout=10).search("Paris")
+    assert time.perf_counter() - start < 2.0
+    assert Handler.requests  # it did reach the server: the refusal is of the answer
+    Handler.mode = "gzip_ok"  # a proxy that compresses anyway: decoded within the cap, same hits
+    hits = RemoteRetriever(server, timeout=10).search("capital of Japan", k=2)
+    assert [h.passage for h in hits] == [h.passage for h in LOCAL.search("capital of Japan", 2)]
 
 
 def test_unreachable_server_is_an_error_observation_in_search_tool():

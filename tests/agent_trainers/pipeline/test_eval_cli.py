@@ -63,6 +63,7 @@ def test_a_folder_mixing_splits_is_refused_and_a_glob_chooses(shared_data, tmp_p
         (["--env-kwargs", "{nope"], "--env-kwargs must be a JSON object"),
         (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
         (["--data-path", "/no/such/file.jsonl"], "does not exist"),
+        (["--base-url", "http://127.0.0.1:9/v1", "--timeout-s", "0"], "timeout_s and max_response_bytes must be > 0"),
     ],
 )
 def test_bad_arguments_give_one_line(args, message, tmp_path, capsys):
@@ -83,6 +84,7 @@ def test_an_openai_compatible_server_is_evaluated_with_base_url(tmp_path):
     app = make_chat_app(model)
     with background_uvicorn(app) as url:
         argv = ["eval", "--base-url", f"{url}/v1", "--api-model", "scripted", "--limit", "3", "--out", str(tmp_path)]
+        argv += ["--timeout-s", "20"]
         assert main(argv) == 0
     s = summary(tmp_path)
     assert s["metrics"]["em"]["mean"] == 1.0 and s["model"] == f"{url}/v1 (scripted)" and app.state.requests == 3

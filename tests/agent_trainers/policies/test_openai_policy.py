@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
+import tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,6 +15,7 @@ from agent_trainers.policies import ChatPolicy, EndpointError, OpenAIPolicy, Sam
 from agent_trainers.rollout import RolloutConfig, check_trajectory, rollout
 from tests.agent_trainers.conftest import LOOKUP_ID
 
+GZIP_BOMB = gzip.compress(b"\0" * 64 * 2**20, compresslevel=9)
 REPLY = {"choices": [{"message": {"role": "assistant", "content": "<answer>Paris"}, "finish_reason": "stop"}]}
 
 
@@ -32,7 +35,14 @@ class _ChatHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         model = body["model"]
-        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        type(self).requests.append(
+            {
+                "path": self.path,
+                "auth": self.headers.get("Authorization"),
+                "encoding": self.headers.get("Accept-Encoding"),
+                **body,
+            }
+        )
         n = type(self).counts[model] = type(self).counts.get(model, 0) + 1
         if model == "down" or (model == "flaky" and n == 1):
             self._send(503, b'{"error": "overloaded"}')
@@ -48,6 +58,25 @@ class _ChatHandler(BaseHTTPRequestHandler):
                 self.wfile.write(b" ")
                 self.wfile.flush()
                 time.sleep(0.2)
+        elif model == "drip-headers":  # the status line and headers a byte per 0.2 s: no read ever times out
+            for i, byte in enumerate(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 20):
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2 if i < 60 else 0)
+        elif model in ("gzip-bomb", "br"):  # 64 KiB of gzip that decodes to 64 MiB; an encoding not asked for
+            data = GZIP_BOMB if model == "gzip-bomb" else b"\x0b" * 1642
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip" if model == "gzip-bomb" else "br")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif model == "gzip":  # a proxy that compresses though identity was asked for
+            data = gzip.compress(json.dumps(REPLY).encode())
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         else:  # like OpenAI servers: the matched stop string is dropped from the content
             self._send(200, json.dumps(REPLY).encode())
 
@@ -108,6 +137,29 @@ def test_a_dripping_server_hits_the_total_deadline(chat_server):
     with pytest.raises(EndpointError, match=r"failed within 1\.0 s"):
         ask(OpenAIPolicy(chat_server, "drip", timeout_s=1.0, max_retries=1, backoff_s=0.01))
     assert time.monotonic() - start < 2.0
+
+
+def test_headers_dripped_a_byte_at_a_time_hit_the_total_deadline(chat_server):
+    """Headers at one byte per 0.2 s held a 2 s call 61.7 s when only each read had a time-out (issue 25.4)."""
+    start = time.monotonic()
+    with pytest.raises(EndpointError, match=r"failed within 2\.0 s .*no complete answer within 2\.0 s"):
+        ask(OpenAIPolicy(chat_server, "drip-headers", timeout_s=2.0, max_retries=1, backoff_s=0.01))
+    assert time.monotonic() - start < 3.0
+
+
+def test_a_compressed_body_is_capped_at_its_decoded_size(chat_server):
+    tracemalloc.start()
+    try:
+        with pytest.raises(EndpointError, match=r"larger than 1000000 bytes \(decoded\)"):
+            ask(OpenAIPolicy(chat_server, "gzip-bomb", max_response_bytes=1_000_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20  # letting httpx decode the body held its 64 MiB at once
+    with pytest.raises(EndpointError, match="encoded as 'br', which was not asked for"):
+        ask(OpenAIPolicy(chat_server, "br"))
+    assert ask(OpenAIPolicy(chat_server, "gzip")) == "<answer>Paris"
+    assert _ChatHandler.requests[-1]["encoding"] == "identity"
 
 
 def test_oversized_responses_are_refused(chat_server):
