@@ -88,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     width = batch["completion_ids"].shape[1]
     trained = batch["completion_mask"] * batch.get("tool_mask", torch.ones_like(batch["completion_mask"]))
+
     def score(model):  # the trainer's own scored log-prob engine, four rows at a time
         rows = []
         for i in range(0, ids.shape[0], 4):
