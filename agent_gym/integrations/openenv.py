@@ -34,11 +34,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server import Action, Environment, Observation, State, create_app
 from openenv.core.env_server.mcp_types import Tool as McpTool
+from openenv.core.env_server.types import ConcurrencyConfig
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, VerifyResult
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -56,10 +58,23 @@ __all__ = [
     "AgentGymResourceSession",
     "AgentGymSessionFactory",
     "AgentGymState",
+    "RequestError",
     "background_server",
     "make_app",
     "serve",
 ]
+
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+"""Sessions (WebSocket or HTTP MCP) with no request for this long are closed, freeing their slot."""
+
+
+class RequestError(ValueError):
+    """A client's mistake, answered over HTTP with ``status`` (4xx) and the message as ``detail``."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
 
 ANSWER_TOOL = "answer"
 """The extra tool a :class:`AgentGymResourceSession` offers to submit the final answer."""
@@ -142,8 +157,11 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
     ) -> AgentGymObservation:
         """Start an episode on ``task_index``/``task_id`` (else one drawn under ``seed``)."""
         if kwargs:
-            raise ValueError(f"unknown reset arguments {sorted(kwargs)}; use seed, episode_id, task_index, task_id")
-        messages, tools = self.session.reset(seed=seed, task_index=task_index, task_id=task_id)
+            raise RequestError(f"unknown reset arguments {sorted(kwargs)}; use seed, episode_id, task_index, task_id")
+        try:
+            messages, tools = self.session.reset(seed=seed, task_index=task_index, task_id=task_id)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:  # no such task, a bad seed or index
+            raise RequestError(f"cannot reset: {exc}") from None
         info = self.session.last_info
         self._state = AgentGymState(
             episode_id=episode_id or uuid.uuid4().hex,
@@ -157,8 +175,14 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
 
     def step(self, action: AgentGymAction, timeout_s: float | None = None, **kwargs: Any) -> AgentGymObservation:
         """Apply one action; stepping a finished episode raises a clear error."""
-        if self._state.done or self._state.episode_id is None:
-            raise RuntimeError("the episode is over (or was never reset); send reset first")
+        if self._state.episode_id is None:
+            raise RequestError(
+                "no episode to step: send reset first. OpenEnv's HTTP /step builds a fresh env for every request, "
+                "so play episodes over a session (the /ws WebSocket, or HTTP /mcp with openenv/session/create)",
+                status=409,
+            )
+        if self._state.done:
+            raise RequestError("the episode is over; send reset first", status=409)
         if action.tool_name is not None:
             view = self.session.step_native(None, [NativeCall("openenv_call", action.tool_name, action.arguments)])
         elif action.answer is not None:
@@ -202,8 +226,27 @@ def make_app(
     env_kwargs: Mapping[str, Any] | None = None,
     observation_style: ObservationStyle | str = ObservationStyle.TOOL,
     max_concurrent_envs: int = 8,
+    session_idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
 ) -> FastAPI:
-    """The OpenEnv FastAPI app serving ``env`` (one env per WebSocket session)."""
+    """The OpenEnv FastAPI app serving ``env`` (one env per session).
+
+    Args:
+        env: A registered id or a factory of a ToolEnv.
+        env_kwargs: ``gymnasium.make`` kwargs of every session's env.
+        observation_style: How text tool results come back (``"user"`` or ``"tool"``).
+        max_concurrent_envs: The most sessions open at once; one more is refused (``CAPACITY_REACHED``).
+        session_idle_timeout_s: Close a session after this many seconds without a request, so clients that
+            opened one and vanished cannot hold every slot (OpenEnv's reaper checks every
+            ``max(timeout / 4, 5)`` s); ``None`` keeps sessions until their client closes them.
+
+    A client's mistake over HTTP (``/step`` without a session's reset, ``/reset`` with unknown arguments or
+    a task that does not exist) is answered 409 or 422 with a ``detail`` message, never 500.
+    """
+    if max_concurrent_envs < 1 or (session_idle_timeout_s is not None and session_idle_timeout_s <= 0):
+        raise ValueError(
+            "max_concurrent_envs must be >= 1 and session_idle_timeout_s > 0 or None "
+            f"(got {max_concurrent_envs}, {session_idle_timeout_s})"
+        )
     kwargs = dict(env_kwargs or {})
     make_tool_env(env, **kwargs).close()  # fail here, not in the first session, on a bad id or kwargs
 
@@ -211,10 +254,15 @@ def make_app(
         return AgentGymEnvironment(env, kwargs, observation_style)
 
     name = env if isinstance(env, str) else getattr(env, "__name__", "custom")
-    app = create_app(
-        factory, AgentGymAction, AgentGymObservation, env_name=name, max_concurrent_envs=max_concurrent_envs
-    )
+    limits = ConcurrencyConfig(max_concurrent_envs=max_concurrent_envs, session_timeout=session_idle_timeout_s)
+    app = create_app(factory, AgentGymAction, AgentGymObservation, env_name=name, concurrency_config=limits)
     app.add_middleware(_ClosedSocketMiddleware)
+
+    async def client_mistake(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestError)
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    app.add_exception_handler(RequestError, client_mistake)
     return app
 
 
@@ -247,7 +295,7 @@ def serve(env: EnvSource, host: str = "127.0.0.1", port: int = 8000, **app_kwarg
 @contextlib.contextmanager
 def background_server(env: EnvSource, host: str = "127.0.0.1", port: int = 0, **app_kwargs: Any) -> Iterator[str]:
     """Run the server in a thread (``port=0``: a free port); yields its ``http://host:port`` URL."""
-    with BackgroundServer(make_app(env, **app_kwargs), host, port) as server:
+    with BackgroundServer(make_app(env, **app_kwargs), host, port, lifespan="on") as server:  # "on": the reaper
         yield f"http://{server.host}:{server.port}"
 
 
@@ -394,14 +442,27 @@ class AgentGymSessionFactory(ResourceSessionFactory):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m agent_gym.integrations.openenv ENV_ID [--host H] [--port P]``."""
+    """``python -m agent_gym.integrations.openenv ENV_ID [--host H] [--port P] [--max-concurrent-envs N]
+    [--session-idle-timeout-s S]``."""
     parser = argparse.ArgumentParser(description="Serve an AgentR1 environment as an OpenEnv server")
     parser.add_argument("env_id", help="a registered id, e.g. AgentR1/HotpotQA-v0")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-concurrent-envs", type=int, default=8)
+    parser.add_argument("--max-concurrent-envs", type=int, default=8, help="the most open sessions (default 8)")
+    parser.add_argument(
+        "--session-idle-timeout-s",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help=f"close a session idle this long, freeing its slot (default {DEFAULT_IDLE_TIMEOUT_S:g}; 0: never)",
+    )
     args = parser.parse_args(argv)
-    serve(args.env_id, args.host, args.port, max_concurrent_envs=args.max_concurrent_envs)
+    serve(
+        args.env_id,
+        args.host,
+        args.port,
+        max_concurrent_envs=args.max_concurrent_envs,
+        session_idle_timeout_s=args.session_idle_timeout_s or None,
+    )
 
 
 if __name__ == "__main__":

@@ -258,18 +258,20 @@ class BackgroundServer:
         app: The application (e.g. from :func:`create_app`).
         host: Interface to bind.
         port: Port to bind; 0 picks a free one.
+        lifespan: uvicorn's ``lifespan`` (``"on"`` runs the app's startup and shutdown events, e.g. the
+            OpenEnv server's idle-session reaper).
 
     Attributes:
         url: ``http://host:port/retrieve`` once started.
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: str = "off") -> None:
         import uvicorn
 
         self._sock = socket.create_server((host, port))
         self.host, self.port = host, self._sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}/retrieve"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=10)
+        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=10)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import httpx
 import pytest
@@ -39,6 +41,39 @@ def test_every_env_served_and_stepped_by_the_typed_client(env_id):
             assert state.step_count == len(native.actions) and state.task_index == task_index
 
 
+def test_http_mistakes_are_4xx_with_a_message_not_500():
+    """OpenEnv's HTTP /step builds a fresh, never-reset env per request; both answered 500 before (issue 25.2)."""
+    with background_server("AgentR1/Calculator-v0") as url:
+        step = httpx.post(f"{url}/step", json={"action": {"answer": "1"}}, timeout=10)
+        assert (
+            step.status_code == 409 and "/ws" in step.json()["detail"] and "send reset first" in step.json()["detail"]
+        )
+        bad = httpx.post(f"{url}/reset", json={"seed": 0, "difficulty": "hard"}, timeout=10)
+        assert bad.status_code == 422 and "unknown reset arguments ['difficulty']" in bad.json()["detail"]
+        missing = httpx.post(f"{url}/reset", json={"task_id": "calc-0-999999999"}, timeout=10)
+        assert missing.status_code == 422 and "cannot reset" in missing.json()["detail"]
+        assert httpx.post(f"{url}/reset", json={"seed": 0, "task_index": 1}, timeout=10).status_code == 200
+
+
+def _create_session(url: str) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
+    return httpx.post(f"{url}/mcp", json=body, timeout=10).json()
+
+
+def test_abandoned_sessions_are_reaped_and_free_their_slots():
+    """Eight session/create requests with no connection kept locked the server for good (issue 25.2)."""
+    with background_server("AgentR1/Calculator-v0", max_concurrent_envs=2, session_idle_timeout_s=1.0) as url:
+        assert all("session_id" in _create_session(url)["result"] for _ in range(2))  # then the clients vanish
+        full = _create_session(url)
+        assert "error" in full and full["error"]["data"] == {"active_sessions": 2, "max_sessions": 2}
+        deadline = time.monotonic() + 15  # the reaper looks every max(1 / 4, 5) s
+        while "error" in _create_session(url):
+            assert time.monotonic() < deadline, "idle sessions were never closed"
+            time.sleep(0.5)
+    with pytest.raises(ValueError, match="session_idle_timeout_s > 0 or None"):
+        background_server("AgentR1/Calculator-v0", session_idle_timeout_s=0).__enter__()
+
+
 def test_tool_call_and_answer_actions_are_written_in_the_envs_format():
     with background_server("AgentR1/HotpotQA-v0", env_kwargs={"action_format": "tags"}) as url:
         with AgentGymClient(base_url=url).sync() as client:
@@ -52,7 +87,7 @@ def test_tool_call_and_answer_actions_are_written_in_the_envs_format():
 
 def test_errors_come_back_as_errors_and_the_session_survives():
     with background_server("AgentR1/Calculator-v0") as url, AgentGymClient(base_url=url).sync() as client:
-        with pytest.raises(RuntimeError, match="never reset"):
+        with pytest.raises(RuntimeError, match="no episode to step: send reset first"):
             client.step(AgentGymAction(answer="1"))
         client.reset(seed=0, task_index=0)
         with pytest.raises(RuntimeError, match="unknown reset arguments"):
