@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -220,7 +221,10 @@ def _clean_up(policy: Any, episodes: list[_Episode], own_bar: Any) -> None:
         policy.end_sessions(episodes)
     for ep in episodes:
         if ep.traj.stop_reason != StopReason.TOOL_TIMEOUT:
-            ep.env.close()
+            try:
+                ep.env.close()
+            except Exception as exc:  # a close that fails loses nothing: the trajectories are already whole
+                warnings.warn(f"closing the env of {ep.traj.task_id} failed: {type(exc).__name__}: {exc}", stacklevel=2)
     if isinstance(own_bar, RolloutProgress):
         own_bar.close()
 

@@ -20,12 +20,15 @@ threads already overlap tools that wait (I/O, ``time.sleep``). ``benchmarks/roll
 --ray`` measures both kinds. Envs can also be shipped live (:meth:`RayEnvPool.put`):
 they pickle mid-episode and continue identically (``agent_gym.testing.check_copies``).
 Everything that crosses to an actor - keyword arguments, actions, step
-results - is pickled by Ray.
+results - is pickled by Ray. An actor that dies (``kill -9``, out of memory)
+ends the episodes of its envs as ``env_error`` (the step's ``ActorDiedError``);
+the episodes on other actors come back whole.
 """
 
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,11 +134,16 @@ class RemoteEnv:
         """``env.step`` in the actor."""
         return self._ray.get(self._host.step.remote(self.key, action))
 
-    def close(self) -> None:
-        """Close and drop the env in its actor (idempotent)."""
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Close and drop the env in its actor (idempotent). An actor that died (its envs went with it) or that
+        does not answer within ``timeout_s`` is not an error: there is nothing left to free, and a rollout's
+        clean-up must not lose the trajectories it already has."""
         if not self.closed:
             self.closed = True
-            self._ray.get(self._host.close.remote(self.key))
+            try:
+                self._ray.get(self._host.close.remote(self.key), timeout=timeout_s)
+            except (self._ray.exceptions.RayError, self._ray.exceptions.GetTimeoutError) as exc:
+                warnings.warn(f"env {self.key}: its Ray actor could not close it ({type(exc).__name__})", stacklevel=2)
 
 
 class RayEnvPool:
@@ -149,7 +157,10 @@ class RayEnvPool:
         num_actors: Actors (processes) to start.
         max_concurrency: Env calls one actor runs at once on its own threads
             (more than 1 overlaps waiting tools inside an actor; GIL-bound steps
-            gain only from more actors).
+            gain only from more actors). A step that hangs holds one thread until
+            it returns (the engine's time-out ends its episode, but cannot stop the
+            call); with 1 thread it would hold up every other env of that actor,
+            hence the default 8.
         num_cpus_per_actor: CPUs Ray reserves per actor. 0 (the default) lets
             any number of actors share the node; with 1, actors beyond the
             cluster's CPUs are never scheduled and :meth:`make` fails after
@@ -166,7 +177,7 @@ class RayEnvPool:
         self,
         num_actors: int = 2,
         *,
-        max_concurrency: int = 1,
+        max_concurrency: int = 8,
         num_cpus_per_actor: float = 0.0,
         setup: Any = None,
         ready_timeout_s: float = 120.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -103,6 +104,32 @@ def test_setup_registers_ids_in_the_actors_and_time_outs_end_episodes(pool, smol
                    make_env=pool.make)  # fmt: skip
     assert [t.stop_reason for t in fast] == ["answer", "answer"] and fast[0].metrics["answer_em"] == 1.0
     assert slow[0].stop_reason == "tool_timeout" and slow[0].truncated
+
+
+def test_a_killed_actor_ends_only_its_episodes_and_the_others_come_back(local_ray, smollm2_tokenizer):
+    """``kill -9`` of one actor made rollout() raise ActorDiedError from clean-up, losing all (issue 25.5)."""
+    call = '<tool_call>\n{"name": "lookup", "arguments": {"country": "France"}}\n</tool_call>'
+    seen_tool = lambda ids: "<|im_start|>tool" in smollm2_tokenizer.decode(ids)  # noqa: E731
+    policy = ScriptedPolicy(smollm2_tokenizer, lambda ids: "<answer>Paris</answer>" if seen_tool(ids) else call)
+    with RayEnvPool(num_actors=2, setup=ray_envs.register) as pool:  # task 0 on actor 0 (dies), task 1 on actor 1
+        start = time.monotonic()
+        dead, alive = rollout(policy, ray_envs.FAULTY_ID, task_indices=[0, 1], make_env=pool.make,
+                              config=RolloutConfig(tool_timeout_s=20))  # fmt: skip
+        assert time.monotonic() - start < 20
+    assert dead.stop_reason == "env_error" and "ActorDiedError" in dead.error and dead.truncated
+    assert alive.stop_reason == "answer" and len(alive.turns) == 2
+    check_trajectory(alive, smollm2_tokenizer)
+
+
+def test_a_hung_step_does_not_time_out_a_healthy_episode_on_the_same_actor(local_ray, smollm2_tokenizer):
+    """With one thread per actor, a step hung on one env held up every env of that actor (issue 25.5)."""
+    policy = ScriptedPolicy(smollm2_tokenizer, lambda ids: "<answer>Tokyo</answer>")
+    with RayEnvPool(num_actors=1, setup=ray_envs.register) as pool:  # both envs in one actor, default threads
+        hang = {"fault": "hang", "hang_s": 6.0}
+        hung, healthy = rollout(policy, ray_envs.FAULTY_ID, task_indices=[0, 1], make_env=pool.make, env_kwargs=hang,
+                                config=RolloutConfig(tool_timeout_s=2))  # fmt: skip
+        assert hung.stop_reason == "tool_timeout"
+        assert healthy.stop_reason == "answer" and healthy.metrics["answer_em"] == 1.0
 
 
 def test_unschedulable_actors_fail_with_a_clear_error(local_ray):
