@@ -12,7 +12,7 @@ from agent_trainers.policies.sampling import SamplingParams
 __all__ = ["RolloutConfig"]
 
 
-@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True))
+@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False))
 class RolloutConfig:
     """How rollouts are played (the ``rollout:`` section of an ``agent-r1`` config).
 

@@ -53,7 +53,7 @@ class KLPlacement(StrEnum):
     """``beta * k3`` (Schulman's estimator, mean over agent tokens) added to the loss, as GRPO does."""
 
 
-@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True))
+@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False))
 class PPOConfig:
     """PPO's hyperparameters (the ``ppo:`` section). Shared RL settings (steps, learning rate, group
     size, ``beta``, the loss and advantage masks) live in the ``rl:`` section."""

@@ -84,7 +84,9 @@ class RLConfig(BaseModel):
     A pydantic model (frozen): fields are checked when it is built, each field's docstring is its help text.
     """
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_default=True, frozen=True, allow_inf_nan=False
+    )
 
     enabled: bool = True
     """Run this stage."""

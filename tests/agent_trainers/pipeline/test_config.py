@@ -87,3 +87,41 @@ def test_threads_auto_takes_the_cores_idle_at_start(monkeypatch, load, cores):
     with pytest.raises(ValueError) as info:
         config_from_dict({"threads": -1})
     assert "threads.constrained-int: Input should be greater than or equal to 0 (got -1)" in one_line(info.value)
+
+
+def _float_fields(model_type, prefix=""):
+    """Dotted names of every float setting of the config, sections and nested dataclasses included."""
+    import dataclasses
+    import typing
+
+    fields = getattr(model_type, "__pydantic_fields__", {})
+    for name, info in fields.items():
+        kinds = {info.annotation, *typing.get_args(info.annotation)}
+        if float in kinds:
+            yield f"{prefix}{name}"
+        for kind in kinds:
+            if isinstance(kind, type) and (hasattr(kind, "__pydantic_fields__") or dataclasses.is_dataclass(kind)):
+                yield from _float_fields(kind, f"{prefix}{name}.")
+
+
+FLOATS = sorted(_float_fields(TrainConfig))
+
+
+def test_the_float_settings_are_all_found():
+    assert {"rl.learning_rate", "rl.beta", "sft.learning_rate", "sft.epochs", "rollout.temperature"} <= set(FLOATS)
+    assert len([f for f in FLOATS if f.startswith("ppo.")]) >= 7 and "eval.temperature" in FLOATS
+
+
+@pytest.mark.parametrize("name", FLOATS)
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_no_float_setting_takes_inf_or_nan(name, bad):
+    """``--set sft.learning_rate=.inf`` exited 0 and saved 3,219,776 NaN weights (issue 25.8)."""
+    section, *rest = name.split(".")
+    data: dict = {}
+    node = data.setdefault(section, {})
+    for part in rest[:-1]:
+        node = node.setdefault(part, {})
+    node[rest[-1]] = bad
+    with pytest.raises(ValueError, match="finite number") as info:
+        config_from_dict(data)
+    assert name in one_line(info.value)
