@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 from gymnasium.utils import RecordConstructorArgs
+from gymnasium.wrappers import PassiveEnvChecker
 
 from agent_gym.core.env import EpisodeOverError
 from agent_gym.core.info import StopReason
@@ -51,7 +52,13 @@ class RecordStopReason(gym.Wrapper[str, str, str, str], RecordConstructorArgs):
         self._ended: str | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
+        """Reset; a reset that raises (e.g. no such task) leaves no episode to step, and the next one works."""
+        try:
+            obs, info = self.env.reset(seed=seed, options=options)
+        except Exception:
+            self._ended = "not started (the last reset failed)"
+            _rearm_reset_check(self.env)
+            raise
         self._ended = None
         return obs, info
 
@@ -66,3 +73,16 @@ class RecordStopReason(gym.Wrapper[str, str, str, str], RecordConstructorArgs):
         elif truncated:
             self._ended = f"truncated ({info['stop_reason']})"
         return obs, reward, terminated, truncated, info
+
+
+def _rearm_reset_check(env: gym.Env) -> None:
+    """Let Gymnasium's ``PassiveEnvChecker`` check the next reset again after a first reset that raised.
+
+    It marks its reset check done before the env's reset runs and keeps that reset's result for its first-step
+    check; when the reset raised there is no result, and every later first ``step`` failed inside the checker
+    (``TypeError: cannot unpack non-iterable NoneType``), good resets in between or not (Gymnasium 1.2).
+    """
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, PassiveEnvChecker) and not env.checked_step and env._previous_data is None:
+            env.checked_reset = False
+        env = env.env

@@ -4,6 +4,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils import RecordConstructorArgs
 
+import agent_gym  # noqa: F401  (registers the ids)
 from agent_gym.core.env import EpisodeOverError
 from agent_gym.envs import _STOP_REASON
 from agent_gym.wrappers import RecordStopReason
@@ -60,3 +61,20 @@ def test_a_stop_reason_set_by_the_env_is_kept():
     env.reset(seed=0, options={"task_index": 0})
     _, _, terminated, truncated, info = env.step("<answer>Paris</answer>")  # both at once: the answer is the reason
     assert terminated and truncated and info["stop_reason"] == "answer"
+
+
+@pytest.mark.parametrize("env_id", sorted(i for i in gym.registry if i.startswith("AgentR1/")))
+def test_a_failed_first_reset_leaves_no_episode_and_the_next_reset_works(env_id):
+    """After reset(task_index=-1) every later step raised TypeError in Gymnasium's passive checker (issue 25.9)."""
+    env = gym.make(env_id)
+    with pytest.raises(ValueError, match="task_index"):
+        env.reset(options={"task_index": -1})
+    with pytest.raises(EpisodeOverError, match="not started \\(the last reset failed\\)"):
+        env.step("<answer>1</answer>")
+    env.reset(seed=0, options={"task_index": 0})
+    obs, reward, terminated, truncated, info = env.step("<answer>1</answer>")
+    assert terminated and not truncated and info["stop_reason"] == "answer"
+    with pytest.raises(ValueError, match="task_index"):  # a failed reset mid-run: the old episode is not stepped
+        env.reset(options={"task_index": 10**9})
+    with pytest.raises(EpisodeOverError, match="not started"):
+        env.step("<answer>1</answer>")
