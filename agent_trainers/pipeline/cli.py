@@ -24,8 +24,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from agent_trainers.errors import one_line
 from agent_trainers.pipeline.eval_commands import (
     add_parsers,
@@ -39,15 +37,19 @@ __all__ = ["build_parser", "main"]
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    from agent_trainers.pipeline.config import load_yaml  # late: the config module imports torch
+
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--set expects KEY=VALUE (got {item!r})")
         try:
-            out[key] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key] = value
+            out[key] = load_yaml(value, f"--set {key}")
+        except ValueError as exc:
+            if "expands to more than" in str(exc):
+                raise
+            out[key] = value  # not YAML: the text itself
     return out
 
 

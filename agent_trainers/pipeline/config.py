@@ -235,6 +235,41 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+MAX_YAML_VALUES = 100_000
+"""The most values a YAML config may expand to (aliases counted each time they are used)."""
+
+
+def load_yaml(text: str, source: str = "the YAML text") -> Any:
+    """``yaml.safe_load`` bounded: the document may expand to at most :data:`MAX_YAML_VALUES` values.
+
+    A 1,344-byte document of nested aliases (``&a [*b, *b, ...]``) expands to 10^6 values and more; every
+    later walk of it (validation, writing ``config.yaml``) would take minutes and gigabytes.
+
+    Raises:
+        ValueError: One line: not YAML (or a tag such as ``!!python/object``, which safe loading refuses), or
+            too many values.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from None
+    count, stack = 0, [data]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_YAML_VALUES:
+            raise ValueError(
+                f"{source} expands to more than {MAX_YAML_VALUES:,} values (YAML aliases repeat what they name); "
+                "a config is far smaller"
+            )
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return data
+
+
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) config file.
 
@@ -252,7 +287,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(text, str(path)) or {}
     elif path.suffix == ".toml":
         data = tomllib.loads(text)
     else:

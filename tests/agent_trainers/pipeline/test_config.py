@@ -125,3 +125,39 @@ def test_no_float_setting_takes_inf_or_nan(name, bad):
     with pytest.raises(ValueError, match="finite number") as info:
         config_from_dict(data)
     assert name in one_line(info.value)
+
+
+def _alias_bomb(levels: int = 6, width: int = 10) -> str:
+    """``width ** levels`` leaves from a ~1.3 kB document (10**6 for the defaults)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for k in range(1, levels):
+        lines.append(f"a{k}: &a{k} [" + ", ".join([f"*a{k - 1}"] * width) + "]")
+    return "\n".join(lines) + f"\nseed: *a{levels - 1}\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_line_at_once(tmp_path):
+    """A 1,344-byte config of aliases wrote a 26 MB config.yaml over 97 s, then a traceback (issue 25.10)."""
+    import time
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb())
+    assert len(path.read_bytes()) < 1500
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"expands to more than 100,000 values") as info:
+        load_config(path)
+    assert "\n" not in one_line(info.value) and time.perf_counter() - start < 5
+    small = tmp_path / "anchors.yaml"  # anchors as people use them stay fine
+    small.write_text("rl: {steps: 4, learning_rate: &lr 3.0e-5}\nsft: {learning_rate: *lr}\n")
+    config = load_config(small)
+    assert config.rl.steps == 4 and config.sft.learning_rate == config.rl.learning_rate == 3.0e-5
+
+
+def test_python_tags_and_broken_yaml_are_one_line_errors(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ValueError, match=r"is not valid YAML: could not determine a constructor") as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+    path.write_text("rl: {steps: [\n")
+    with pytest.raises(ValueError, match="is not valid YAML"):
+        load_config(path)
