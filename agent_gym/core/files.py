@@ -28,13 +28,15 @@ import csv
 import gzip
 import io
 import json
+import os
 import re
+import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DatasetFormatError", "iter_records", "loads", "read_text"]
+__all__ = ["DatasetFormatError", "iter_records", "loads", "read_text", "write_atomic"]
 
 _WS = re.compile(r"\s*")
 
@@ -45,6 +47,38 @@ class DatasetFormatError(ValueError):
     The message names the file and, when known, the 0-based record number
     (JSON lines also give the line; undecodable bytes give the byte offset).
     """
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Replace ``path`` with ``data`` so that a reader (or a ``kill -9`` at any moment) sees the old file or the
+    new one, never a part: a temporary file in the same folder, flushed and ``fsync``-ed, then ``os.replace``.
+
+    Returns:
+        The path written (its folder is created when needed).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        folder = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return target
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+    return target
 
 
 class _JSONError(ValueError):

@@ -16,11 +16,13 @@ evaluation again continues with the rest.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_gym.core.files import write_atomic
 from agent_trainers.evaluation.metrics import metric_spec
 from agent_trainers.evaluation.records import EpisodeRecord
 from agent_trainers.evaluation.stats import Interval
@@ -48,7 +50,7 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
     Raises:
         ValueError: A line other than the last is not a record (the message names it).
     """
-    lines = Path(path).read_text(encoding="utf-8").splitlines() if Path(path).is_file() else []
+    lines = _read_lines(Path(path))
     records = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -60,6 +62,24 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
                 break  # the write that was interrupted
             raise ValueError(f"{path}:{n}: not an episode record ({exc})") from exc
     return records
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines; a last line cut inside a UTF-8 character (an interrupted write) loses only its tail.
+
+    Raises:
+        ValueError: Bytes that are not UTF-8 before the last line (the message names the file).
+    """
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        last = data.rfind(b"\n", 0, len(data) - 1) + 1
+        if exc.start < last:
+            raise ValueError(f"{path}: not UTF-8 at byte {exc.start} ({exc.reason})") from None
+        return [*data[:last].decode("utf-8").splitlines(), data[last:].decode("utf-8", errors="replace")]
 
 
 class EvalFolder:
@@ -99,7 +119,7 @@ class EvalFolder:
             return done
         for name in (EPISODES, SUMMARY, "summary.csv", "summary.md"):
             (self.path / name).unlink(missing_ok=True)
-        spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+        write_atomic(spec_path, json.dumps(spec, indent=2) + "\n")
         return []
 
     def rewrite(self, records: Sequence[EpisodeRecord]) -> None:
@@ -107,9 +127,8 @@ class EvalFolder:
         self._rewrite(records)
 
     def _rewrite(self, records: Sequence[EpisodeRecord]) -> None:
-        with self.episodes.open("w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+        """Replace the file atomically: a kill at any moment leaves the old records or the new, all of them."""
+        write_atomic(self.episodes, "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in records))
 
     def append(self, record: EpisodeRecord) -> None:
         """Append one finished question (flushed at once, so an interruption keeps it)."""
@@ -119,14 +138,15 @@ class EvalFolder:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Write ``summary.json``, ``summary.csv`` and ``summary.md``."""
-        (self.path / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        with (self.path / "summary.csv").open("w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["scope", "metric", "mean", "low", "high", "n"])
-            for scope, metrics in [("all", summary["metrics"]), *summary["by_type"].items()]:
-                for name, iv in metrics.items():
-                    w.writerow([scope, name, iv["mean"], iv["low"], iv["high"], iv["n"]])
-        (self.path / "summary.md").write_text(markdown_summary(summary), encoding="utf-8")
+        write_atomic(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n")
+        table = io.StringIO(newline="")
+        w = csv.writer(table)
+        w.writerow(["scope", "metric", "mean", "low", "high", "n"])
+        for scope, metrics in [("all", summary["metrics"]), *summary["by_type"].items()]:
+            for name, iv in metrics.items():
+                w.writerow([scope, name, iv["mean"], iv["low"], iv["high"], iv["n"]])
+        write_atomic(self.path / "summary.csv", table.getvalue())
+        write_atomic(self.path / "summary.md", markdown_summary(summary))
 
 
 def _cell(name: str, iv: Mapping[str, float]) -> str:

@@ -21,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from agent_gym.core.files import write_atomic
 from agent_trainers.rollout.export import trajectory_from_dict
 from agent_trainers.rollout.types import Trajectory
 
@@ -145,8 +146,8 @@ def write_viewer(path: str | Path, out: str | Path, tokenizer: Any = None, title
     Returns:
         The HTML path.
     """
-    cards = read_cards(path, tokenizer)
     target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_html(cards, title or f"{Path(path).name} ({len(cards)} trajectories)"), encoding="utf-8")
-    return target
+    if target.exists() and target.resolve() == Path(path).resolve():
+        raise ValueError(f"the page would overwrite its input {path}; write it elsewhere (e.g. -o view.html)")
+    cards = read_cards(path, tokenizer)
+    return write_atomic(target, render_html(cards, title or f"{Path(path).name} ({len(cards)} trajectories)"))

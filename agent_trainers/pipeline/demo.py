@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from agent_gym.core.files import write_atomic
 from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config, set_dotted
 
 __all__ = [
@@ -164,7 +165,7 @@ def _report(config: TrainConfig) -> list[str]:
     for line in lines:
         print(line)
     text = comparison_markdown(list(runs.values())) + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
-    (out / "eval" / "table.md").write_text(text, encoding="utf-8")
+    write_atomic(out / "eval" / "table.md", text)
     if "final" in runs:
         from agent_trainers.policies import load_tokenizer
 

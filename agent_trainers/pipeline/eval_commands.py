@@ -230,8 +230,10 @@ def run_report_command(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "table3.md").write_text(text, encoding="utf-8")
-        (out / "table3.csv").write_text(report.to_csv(), encoding="utf-8")
+        from agent_gym.core.files import write_atomic
+
+        write_atomic(out / "table3.md", text)
+        write_atomic(out / "table3.csv", report.to_csv())
         print(f"written: {out / 'table3.md'}, {out / 'table3.csv'}")
     return 0
 

@@ -30,6 +30,7 @@ import gymnasium as gym
 import torch
 from transformers import TrainerCallback
 
+from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
 from agent_trainers.algorithms.shared.diagnostics import alarms, canonical, step_line
 from agent_trainers.algorithms.shared.settings import ReportTo, bf16_enabled
@@ -189,7 +190,7 @@ def run_sft_stage(state: RunState) -> None:
     if is_main_process():
         state.model.save_pretrained(sft_dir)
         state.tokenizer.save_pretrained(sft_dir)
-        (sft_dir / "DONE").write_text(f"{len(episodes)} oracle episodes\n")
+        write_atomic(sft_dir / "DONE", f"{len(episodes)} oracle episodes\n")
     state.sft_ran = True
 
 
@@ -351,7 +352,7 @@ def run_final_stage(state: RunState) -> None:
         return
     state.model.save_pretrained(state.out / "final")
     state.tokenizer.save_pretrained(state.out / "final")
-    (state.out / "final" / "agent_r1.json").write_text(json.dumps({"algorithm": str(c.algorithm)}) + "\n")
+    write_atomic(state.out / "final" / "agent_r1.json", json.dumps({"algorithm": str(c.algorithm)}) + "\n")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import torch
 import yaml
 from transformers import TrainerCallback, set_seed
 
+from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
 from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
@@ -87,7 +88,7 @@ def open_run(config: TrainConfig, *, resume: bool = False) -> RunState:
     out, main = Path(config.output_dir), is_main_process()
     out.mkdir(parents=True, exist_ok=True)
     if main:
-        (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_atomic(out / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
     threads = apply_threads(config.threads)
     if main and config.threads == "auto":

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agent_gym.core.files import write_atomic
 from agent_trainers.rollout.types import Trajectory, TurnSpan
 
 __all__ = ["FORMAT_VERSION", "load_jsonl", "save_jsonl", "trajectory_from_dict", "trajectory_to_dict"]
@@ -58,12 +59,8 @@ def save_jsonl(trajs: Iterable[Trajectory], path: str | Path) -> Path:
     Returns:
         The path written.
     """
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        for t in trajs:
-            f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
-    return out
+    lines = "".join(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n" for t in trajs)
+    return write_atomic(path, lines)  # a kill while writing leaves the old file or the whole new one
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:
