@@ -11,6 +11,9 @@ Protocol (each stage is ``agent-r1 train`` in a subprocess, so every figure come
    95% interval, the paired difference to SFT on the same tasks with its interval, seconds per RL step,
    wall time and peak memory of the stage; the learning curves (metric vs RL step, 95% band, the SFT level
    as a dashed line).
+4. **Test** (``--test-kwargs``, ``<out>/test.md``): the held-aside set of steps 1-3 then serves as the *dev*
+   set: each run's checkpoint is chosen on its dev curve (best mean, earliest on a tie), and it and the SFT
+   model are evaluated once on a test family never used for a choice, paired.
 
 The reference is the SFT checkpoint, measured in the same invocation. Resumable: a finished stage is
 skipped, an interrupted RL stage continues from its last checkpoint (``--resume``); progress lines give
@@ -18,6 +21,8 @@ each stage's time and an ETA from the stages done.
 
 Run:
     .venv/bin/python benchmarks/learning.py                                    # GRPO, configs/learn_calculator.yaml
+    .venv/bin/python benchmarks/learning.py \\
+        --test-kwargs '{"task_seed": 3, "action_format": "tags", "reward": "outcome"}'     # + dev choice, test
     .venv/bin/python benchmarks/learning.py --algorithms grpo,rloo,reinforce_pp,reinforce_pp_baseline,ppo \\
         --loss-mask-ablation --out runs/learning-all
 """
@@ -57,6 +62,11 @@ class Args:
     """``KEY=VALUE`` overrides for every stage (as ``agent-r1 train --set``), e.g. ``rl.steps=10``."""
     rl_set: list[str] = field(default_factory=list)
     """``KEY=VALUE`` overrides for the RL stages only, e.g. ``ppo.critic_warmup_steps=2``."""
+    test_kwargs: str = ""
+    """JSON env kwargs of a *test* family (e.g. ``'{"task_seed": 3, "action_format": "tags", "reward":
+    "outcome"}'``). When given, each RL run's checkpoint is chosen on the config's held-aside (dev) curve - the
+    evaluated step with the best mean, the earliest on a tie - and that checkpoint and the SFT model are then
+    evaluated on the test family (same settings, ``agent-r1 eval``): ``test.md``. Empty: no test stage."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
@@ -157,6 +167,88 @@ def report(args: Args, done: list[Stage], costs: dict[str, dict[str, float]]) ->
     return "\n".join(lines) + "\n"
 
 
+def dev_curve(stage: Stage, metric: str) -> list[tuple[int, float]]:
+    """``(step, mean)`` of the stage's held-aside (dev) evaluations during and after RL, by step."""
+    rows = [json.loads(x) for x in (stage.folder / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sorted((int(r["step"]), float(r[metric])) for r in rows if r.get("stage") == "eval" and metric in r)
+
+
+def choose_step(curve: Sequence[tuple[int, float]]) -> int:
+    """The step with the best dev mean; on a tie the earliest (the fewest updates away from SFT).
+
+    Raises:
+        ValueError: No evaluated step.
+    """
+    if not curve:
+        raise ValueError("no held-aside evaluation during RL to choose a checkpoint from (set eval.every)")
+    best = max(mean for _, mean in curve)
+    return min(step for step, mean in curve if mean == best)
+
+
+def checkpoint_of(stage: Stage, step: int, last: int, sft: Path) -> Path:
+    """The model folder of ``stage`` after ``step`` RL steps (``final`` after the last one; ``sft`` at step 0)."""
+    if step == 0:
+        return sft
+    folder = stage.folder / "final" if step == last else stage.folder / "rl" / f"checkpoint-{step}"
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder}: no model saved at step {step} (make rl.save_steps divide eval.every)")
+    return folder
+
+
+def run_test(args: Args, model: Path, out: Path, label: str) -> Path:
+    """Evaluate ``model`` on the test family with the config's evaluation and rollout settings (resumable)."""
+    from agent_trainers.pipeline.config import load_config
+    from agent_trainers.pipeline.stages import EVAL_SEED
+
+    c = load_config(args.config)
+    r = c.rollout
+    kwargs = json.loads(args.test_kwargs)
+    cmd = [sys.executable, "-m", "agent_trainers.pipeline.cli", "eval", "--env", c.env.id, "--method", "agent",
+           "--model", str(model), "--env-kwargs", json.dumps(kwargs), "--limit", str(c.eval.tasks),
+           "--first-task", str(c.eval.first_task), "--temperature", str(c.eval.temperature),
+           "--max-new-tokens-per-turn", str(r.max_new_tokens_per_turn), "--max-total-tokens", str(r.max_total_tokens),
+           "--batch-size", str(c.eval.batch_size), "--chunk-size", str(c.eval.tasks), "--seed", str(EVAL_SEED),
+           "--threads", str(c.threads), "--out", str(out), "--label", label]  # fmt: skip
+    if r.max_turns is not None:
+        cmd += ["--max-turns", str(r.max_turns)]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return out
+
+
+def test_report(args: Args, done: list[Stage]) -> str:
+    """``test.md``: per RL run the step chosen on dev, then SFT and that checkpoint on the test family, paired."""
+    from agent_trainers.evaluation.compare import load_run, paired
+    from agent_trainers.evaluation.stats import bootstrap_mean
+
+    metric, test = args.metric, Path(args.out) / "test"
+    sft = load_run(run_test(args, done[0].folder / "final", test / "sft", "SFT"))
+    sft_values = [v for r in sft.records if (v := r.metric(metric)) is not None]
+    lines = [
+        f"Test family {args.test_kwargs} (the checkpoint of each run chosen on the dev curve, {metric})",
+        "",
+        f"| run | step chosen on dev (dev {metric}) | test {metric} [95% CI] | paired Δ vs SFT [95% CI] "
+        "| wins / losses |",
+        "|---|---|---|---|---|",
+        f"| sft | — | {bootstrap_mean(sft_values).format(3)} (n={len(sft_values)}) | — | — |",
+    ]
+    for stage in done[1:]:
+        curve = dev_curve(stage, metric)
+        step = choose_step(curve)
+        last = max(s for s, _ in curve)
+        model = checkpoint_of(stage, step, last, done[0].folder / "final")
+        run = load_run(run_test(args, model, test / stage.name, f"{stage.name} step {step}"))
+        values = [v for r in run.records if (v := r.metric(metric)) is not None]
+        comparison = paired(run, sft, metric)
+        if comparison is None:
+            raise ValueError(f"{stage.name} and SFT share no test question with {metric!r}")
+        dev = dict(curve)[step]
+        lines.append(
+            f"| {stage.name} | {step} ({dev:.3f}) | {bootstrap_mean(values).format(3)} (n={len(values)}) | "
+            f"{comparison.difference.format(3, signed=True)} | {comparison.wins} / {comparison.losses} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def curves(args: Args, done: list[Stage], path: Path) -> Path | None:
     """The held-aside metric against the RL step for every RL run (95% band), the SFT level dashed."""
     import matplotlib
@@ -223,6 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "table.md").write_text(table)
     plot = curves(args, plan, out / "curves.png")
     print(table)
+    if args.test_kwargs:
+        print("[learning] test stage: SFT and each run's checkpoint chosen on dev, on the test family", flush=True)
+        tested = test_report(args, plan)
+        (out / "test.md").write_text(tested)
+        print(tested)
     wall = (time.perf_counter() - start) / 60
     print(f"wall {wall:.1f} min this invocation; curves: {plot}; table: {out / 'table.md'}")
     return 0

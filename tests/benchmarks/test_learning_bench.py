@@ -1,0 +1,49 @@
+"""benchmarks/learning.py's test protocol: the checkpoint is chosen on the dev curve, and found on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import load_script
+
+bench = load_script("benchmarks/learning.py", "bench_learning")
+
+
+def _stage(tmp_path, rows):
+    folder = tmp_path / "grpo"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return bench.Stage("grpo", folder, [])
+
+
+def test_the_dev_curve_is_read_from_the_eval_rows_only(tmp_path):
+    stage = _stage(tmp_path, [
+        {"stage": "rl", "step": 10, "em": 0.9, "reward": 0.5},  # a training row: never a curve point
+        {"stage": "eval", "step": 20, "em": 0.61, "em_low": 0.55},
+        {"stage": "eval", "step": 10, "em": 0.735, "em_low": 0.67},
+        {"stage": "eval", "step": 5, "f1": 0.2},  # no em: not a point of the em curve
+    ])  # fmt: skip
+    assert bench.dev_curve(stage, "em") == [(10, 0.735), (20, 0.61)]
+
+
+def test_the_best_dev_step_wins_and_a_tie_goes_to_the_earliest():
+    assert bench.choose_step([(10, 0.735), (20, 0.61)]) == 10
+    assert bench.choose_step([(5, 0.70), (10, 0.72), (15, 0.72), (20, 0.40)]) == 10
+    assert bench.choose_step([(0, 0.675), (10, 0.675)]) == 0  # no step beat SFT: SFT itself
+    with pytest.raises(ValueError, match="no held-aside evaluation during RL"):
+        bench.choose_step([])
+
+
+def test_the_chosen_step_maps_to_its_saved_model(tmp_path):
+    stage = _stage(tmp_path, [])
+    for name in ("rl/checkpoint-10", "final"):
+        (stage.folder / name).mkdir(parents=True)
+        (stage.folder / name / "config.json").write_text("{}")
+    sft = tmp_path / "sft" / "final"
+    assert bench.checkpoint_of(stage, 10, 20, sft) == stage.folder / "rl" / "checkpoint-10"
+    assert bench.checkpoint_of(stage, 20, 20, sft) == stage.folder / "final"
+    assert bench.checkpoint_of(stage, 0, 20, sft) == sft
+    with pytest.raises(FileNotFoundError, match="no model saved at step 15"):
+        bench.checkpoint_of(stage, 15, 20, sft)
