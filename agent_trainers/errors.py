@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["one_line"]
+__all__ = ["NonFiniteTrainingError", "one_line"]
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """The loss or gradient norm of a training step was NaN or infinite; training stopped before saving it."""
 
 
 def _loc(parts: tuple[int | str, ...]) -> str:

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from agent_trainers.errors import one_line
+from agent_trainers.errors import NonFiniteTrainingError, one_line
 from agent_trainers.pipeline.eval_commands import (
     add_parsers,
     run_eval_cli,
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resume=args.resume,
             overrides=_parse_set(args.set),
         )
-    except (ValueError, FileNotFoundError, KeyError) as err:
+    except (ValueError, FileNotFoundError, KeyError, NonFiniteTrainingError) as err:
         print(f"agent-r1 {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 2
 

@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 
 from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
-from agent_trainers.algorithms.shared.diagnostics import alarms, canonical, step_line
+from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
 from agent_trainers.algorithms.shared.settings import ReportTo, bf16_enabled
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
@@ -283,6 +283,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         gamma=r.gamma,
     )
     trainer.add_callback(_RLCallback(state, trainer))
+    trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
     for callback in state.callbacks:
         trainer.add_callback(callback)
     checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
@@ -320,6 +321,7 @@ def run_ppo_stage(state: RunState) -> None:
         bf16=c.bf16,
     )
     trainer.add_callback(_RLCallback(state, trainer))
+    trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
     if c.report_to is ReportTo.TENSORBOARD and is_main_process():
         trainer.add_callback(_TensorBoardLog(state.out / "rl" / "runs"))
     for callback in state.callbacks:

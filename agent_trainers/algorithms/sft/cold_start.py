@@ -25,6 +25,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
 import agent_gym  # noqa: F401  (registers the environments)
+from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite
 from agent_trainers.algorithms.shared.settings import ReportTo, device_args
 from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.chat import ChatTokenizer, tokenize_chat
@@ -125,6 +126,7 @@ def run_sft(
 
     Raises:
         ValueError: If there are no episodes.
+        NonFiniteTrainingError: A step's loss or gradient norm was NaN or infinite (training stopped there).
     """
     from datasets import Dataset
 
@@ -135,7 +137,13 @@ def run_sft(
     for e in episodes:
         row = tokenize_chat(chat, e.messages)
         rows.append({"input_ids": row.input_ids, "assistant_masks": row.assistant_masks})
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[StopOnNonFinite("sft")],
+    )
     trainer.train()
     return trainer
 
@@ -148,5 +156,5 @@ def make_sft_config(
     **overrides: Any,
 ) -> SFTConfig:
     """An ``SFTConfig`` with the device, precision and logger rules of every trainer (override any field)."""
-    defaults: dict[str, Any] = {"logging_steps": 1, "save_strategy": "no"}
+    defaults: dict[str, Any] = {"logging_steps": 1, "logging_nan_inf_filter": False, "save_strategy": "no"}
     return SFTConfig(**(defaults | device_args(device, bf16, report_to) | overrides))

@@ -33,10 +33,51 @@ step_time                   seconds of the step (rollouts and update)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["DIAGNOSTICS", "Diagnostic", "alarms", "canonical", "step_line"]
+from transformers import TrainerCallback
+
+from agent_trainers.errors import NonFiniteTrainingError
+
+__all__ = [
+    "DIAGNOSTICS",
+    "WATCHED",
+    "Diagnostic",
+    "NonFiniteTrainingError",
+    "StopOnNonFinite",
+    "alarms",
+    "canonical",
+    "step_line",
+]
+
+WATCHED = ("loss", "grad_norm", "ppo/policy_loss", "ppo/value_loss")
+"""Logged figures that must stay finite: one that is not means the weights are (or are about to be) NaN."""
+
+
+class StopOnNonFinite(TrainerCallback):
+    """Raise :class:`NonFiniteTrainingError` at the first log whose loss or gradient norm is not finite.
+
+    Checkpoints are saved after a step's log, so the step that went wrong is never saved and the last
+    checkpoint (``--resume`` continues from it) holds the last good weights.
+
+    Args:
+        stage: Named in the message (``"sft"``, ``"rl"``).
+    """
+
+    def __init__(self, stage: str):
+        self.stage = stage
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        bad = {k: v for k, v in (logs or {}).items() if k in WATCHED and isinstance(v, float) and not math.isfinite(v)}
+        if bad:
+            shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+            raise NonFiniteTrainingError(
+                f"{self.stage} step {state.global_step}: {shown}; training stopped, nothing of this step was "
+                "saved (the last checkpoint holds the last good weights). Lower the learning rate"
+            )
 
 
 @dataclass(frozen=True)

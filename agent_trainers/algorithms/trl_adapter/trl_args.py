@@ -148,6 +148,7 @@ def make_grpo_config(
 
     defaults: dict[str, Any] = {
         "logging_steps": 1,
+        "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN (StopOnNonFinite stops the run on it)
         "save_strategy": "no",
         "mask_truncated_completions": False,
         "beta": 0.0,
