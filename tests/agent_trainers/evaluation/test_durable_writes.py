@@ -45,6 +45,7 @@ def _resume_forever(path: Path, ready: int) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.slow  # ~10 s; CI runs it after the default suite
 def test_sigkill_at_random_points_of_resumes_keeps_every_record(tmp_path):
     """SIGKILL during a resume left 1 of 24 records when it truncated the file, then wrote it (issue 25.7)."""
     records = [make(i, em=float(i % 2)) for i in range(2000)]

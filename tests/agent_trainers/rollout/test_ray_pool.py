@@ -106,6 +106,7 @@ def test_setup_registers_ids_in_the_actors_and_time_outs_end_episodes(pool, smol
     assert slow[0].stop_reason == "tool_timeout" and slow[0].truncated
 
 
+@pytest.mark.slow  # ~14 s each (a pool of its own); CI runs it after the default suite
 def test_a_killed_actor_ends_only_its_episodes_and_the_others_come_back(local_ray, smollm2_tokenizer):
     """``kill -9`` of one actor made rollout() raise ActorDiedError from clean-up, losing all (issue 25.5)."""
     call = '<tool_call>\n{"name": "lookup", "arguments": {"country": "France"}}\n</tool_call>'
@@ -121,6 +122,7 @@ def test_a_killed_actor_ends_only_its_episodes_and_the_others_come_back(local_ra
     check_trajectory(alive, smollm2_tokenizer)
 
 
+@pytest.mark.slow  # ~14 s each (a pool of its own); CI runs it after the default suite
 def test_a_hung_step_does_not_time_out_a_healthy_episode_on_the_same_actor(local_ray, smollm2_tokenizer):
     """With one thread per actor, a step hung on one env held up every env of that actor (issue 25.5)."""
     policy = ScriptedPolicy(smollm2_tokenizer, lambda ids: "<answer>Tokyo</answer>")
