@@ -28,8 +28,9 @@ Example:
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
-__all__ = ["BodyError", "BodyReader", "BodyTooLarge", "UnsupportedEncoding"]
+__all__ = ["BodyError", "BodyReader", "BodyTooLarge", "UnsupportedEncoding", "read_body"]
 
 IDENTITY = "identity"
 DECODED = frozenset({"gzip", "x-gzip", "deflate"})
@@ -106,3 +107,18 @@ class BodyReader:
         if len(self.body) + len(data) > self.cap:
             raise BodyTooLarge(f"the body decodes to more than {self.cap:,} bytes")
         self.body += data
+
+
+async def read_body(response: Any, cap: int) -> bytearray:
+    """The decoded body of a streamed ``httpx`` response (its ``aiter_raw()``), at most ``cap`` bytes.
+
+    Raises:
+        UnsupportedEncoding: An encoding other than identity, gzip or deflate (no byte is read).
+        BodyTooLarge: The decoded body passed ``cap`` (reading stops there; the caller's ``stream`` context
+            closes the connection).
+        BodyError: The compressed data is corrupt or cut short.
+    """
+    reader = BodyReader(response.headers.get("content-encoding"), cap)
+    async for chunk in response.aiter_raw():
+        reader.feed(chunk)
+    return reader.finish()

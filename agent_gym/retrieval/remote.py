@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from agent_gym.core.bodies import BodyError, BodyReader, BodyTooLarge
+from agent_gym.core.bodies import BodyError, BodyTooLarge, read_body
 from agent_gym.core.files import loads
 from agent_gym.core.passages import Passage, passage_id
 from agent_gym.retrieval.base import check_k, check_queries
@@ -273,17 +273,14 @@ class RemoteRetriever:
 
     async def _read_capped(self, response: httpx.Response) -> bytearray:
         """The body, streamed raw and decoded here; abandoned (connection closed) as soon as its *decoded* size
-        passes ``max_response_bytes`` (:class:`~agent_gym.core.bodies.BodyReader`: a small compressed body
+        passes ``max_response_bytes`` (:func:`~agent_gym.core.bodies.read_body`: a small compressed body
         cannot grow past the cap, an encoding not asked for is refused unread)."""
         cap = self.max_response_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise RemoteRetrieverError(f"{self.url} announced a {int(declared):,}-byte answer (limit {cap:,} bytes)")
         try:
-            reader = BodyReader(response.headers.get("content-encoding"), cap)
-            async for chunk in response.aiter_raw():
-                reader.feed(chunk)
-            return reader.finish()  # no bytes() copy: the peak stays near the cap
+            return await read_body(response, cap)  # no bytes() copy: the peak stays near the cap
         except BodyTooLarge:
             raise RemoteRetrieverError(
                 f"{self.url} sent more than {cap:,} bytes (max_response_bytes, decoded); abandoned"

@@ -37,7 +37,7 @@ __all__ = ["build_parser", "main"]
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    from agent_trainers.pipeline.config import load_yaml  # late: the config module imports torch
+    from agent_trainers.pipeline.config import YAMLTooLarge, load_yaml  # late: the config module imports torch
 
     out: dict[str, Any] = {}
     for item in items:
@@ -46,9 +46,9 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
             raise ValueError(f"--set expects KEY=VALUE (got {item!r})")
         try:
             out[key] = load_yaml(value, f"--set {key}")
-        except ValueError as exc:
-            if "expands to more than" in str(exc):
-                raise
+        except YAMLTooLarge:
+            raise
+        except ValueError:
             out[key] = value  # not YAML: the text itself
     return out
 

@@ -42,14 +42,17 @@ from agent_trainers.policies.threads import Threads
 from agent_trainers.rollout.config import RolloutConfig
 
 __all__ = [
+    "MAX_YAML_VALUES",
     "TRAINER_READS",
     "EnvConfig",
     "EvalConfig",
     "ModelConfig",
     "SFTStageConfig",
     "TrainConfig",
+    "YAMLTooLarge",
     "config_from_dict",
     "load_config",
+    "load_yaml",
     "set_dotted",
 ]
 
@@ -239,6 +242,10 @@ MAX_YAML_VALUES = 100_000
 """The most values a YAML config may expand to (aliases counted each time they are used)."""
 
 
+class YAMLTooLarge(ValueError):
+    """A YAML document expands to more than :data:`MAX_YAML_VALUES` values."""
+
+
 def load_yaml(text: str, source: str = "the YAML text") -> Any:
     """``yaml.safe_load`` bounded: the document may expand to at most :data:`MAX_YAML_VALUES` values.
 
@@ -246,8 +253,8 @@ def load_yaml(text: str, source: str = "the YAML text") -> Any:
     later walk of it (validation, writing ``config.yaml``) would take minutes and gigabytes.
 
     Raises:
-        ValueError: One line: not YAML (or a tag such as ``!!python/object``, which safe loading refuses), or
-            too many values.
+        ValueError: One line: not YAML (or a tag such as ``!!python/object``, which safe loading refuses).
+        YAMLTooLarge: Too many values (a ``ValueError`` too).
     """
     try:
         data = yaml.safe_load(text)
@@ -258,7 +265,7 @@ def load_yaml(text: str, source: str = "the YAML text") -> Any:
         node = stack.pop()
         count += 1
         if count > MAX_YAML_VALUES:
-            raise ValueError(
+            raise YAMLTooLarge(
                 f"{source} expands to more than {MAX_YAML_VALUES:,} values (YAML aliases repeat what they name); "
                 "a config is far smaller"
             )

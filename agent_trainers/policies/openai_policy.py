@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from agent_gym.core.bodies import BodyError, BodyReader, BodyTooLarge
+from agent_gym.core.bodies import BodyError, BodyTooLarge, read_body
 from agent_trainers.policies.sampling import FinishReason, Generation, SamplingParams
 
 __all__ = ["EndpointError", "OpenAIPolicy"]
@@ -172,10 +172,7 @@ class OpenAIPolicy:
         url = f"{self.base_url}/chat/completions"
         async with self._client.stream("POST", url, json=body, timeout=httpx.Timeout(max(0.01, left))) as resp:
             try:
-                reader = BodyReader(resp.headers.get("content-encoding"), self.max_response_bytes)
-                async for chunk in resp.aiter_raw():
-                    reader.feed(chunk)
-                return resp.status_code, bytes(reader.finish())
+                return resp.status_code, bytes(await read_body(resp, self.max_response_bytes))
             except BodyTooLarge:
                 raise EndpointError(
                     f"{self.base_url}: response larger than {self.max_response_bytes} bytes (decoded)"
