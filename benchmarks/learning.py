@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import tyro
 
@@ -58,10 +58,12 @@ class Args:
     """Where every stage's run folder and the report go."""
     metric: str = "em"
     """The primary held-aside metric (a metric of the evaluation table)."""
-    set: list[str] = field(default_factory=list)
-    """``KEY=VALUE`` overrides for every stage (as ``agent-r1 train --set``), e.g. ``rl.steps=10``."""
-    rl_set: list[str] = field(default_factory=list)
-    """``KEY=VALUE`` overrides for the RL stages only, e.g. ``ppo.critic_warmup_steps=2``."""
+    set: Annotated[list[str], tyro.conf.UseAppendAction] = field(default_factory=list)
+    """A ``KEY=VALUE`` override for every stage (as ``agent-r1 train --set``), e.g. ``rl.steps=10``; repeat the
+    flag for more (each one adds, as ``agent-r1 train --set`` does)."""
+    rl_set: Annotated[list[str], tyro.conf.UseAppendAction] = field(default_factory=list)
+    """A ``KEY=VALUE`` override for the RL stages only, e.g. ``ppo.critic_warmup_steps=2``; repeat the flag for
+    more."""
     test_kwargs: str = ""
     """JSON env kwargs of a *test* family (e.g. ``'{"task_seed": 3, "action_format": "tags", "reward":
     "outcome"}'``). When given, each RL run's checkpoint is chosen on the config's held-aside (dev) curve - the

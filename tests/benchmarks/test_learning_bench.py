@@ -47,3 +47,14 @@ def test_the_chosen_step_maps_to_its_saved_model(tmp_path):
     assert bench.checkpoint_of(stage, 0, 20, sft) == sft
     with pytest.raises(FileNotFoundError, match="no model saved at step 15"):
         bench.checkpoint_of(stage, 15, 20, sft)
+
+
+def test_every_repeated_override_flag_reaches_the_rl_stage():
+    """`--rl-set a --rl-set b` once kept only `b` (tyro's list flag replaced the earlier value): the documented
+    commands of docs/learning.md silently ran with one override of two."""
+    args = bench.parse_args(["--rl-set", "rl.advantage=outcome", "--rl-set", "rl.scale_rewards=batch",
+                             "--set", "rl.steps=4", "--set", "seed=1"])  # fmt: skip
+    assert args.rl_set == ["rl.advantage=outcome", "rl.scale_rewards=batch"]
+    rl = bench.stages(args)[1]
+    assert rl.overrides[-4:] == ["rl.steps=4", "seed=1", "rl.advantage=outcome", "rl.scale_rewards=batch"]
+    assert bench.stages(args)[0].overrides[-2:] == ["rl.steps=4", "seed=1"]  # --set goes to SFT too, --rl-set not
