@@ -15,7 +15,11 @@ passages (the distractor setting); Search-R1 servers ignore it.
 Validation answers 4xx with a readable ``{"detail": "..."}`` and the server
 stays up: malformed JSON (400), a body over the size limit (413), wrong types,
 an empty or too long query list, ``topk`` out of range, an oversize query,
-unknown ``allowed_ids`` (422). ``GET /health`` reports the backend and corpus
+unknown ``allowed_ids``, more hits than ``max_results``, an answer over
+``max_response_bytes`` (422), no free search slot within ``queue_timeout_s``
+(503). :class:`ConnectionLimits` bounds what one connection may hold (head and
+body deadlines, keep-alive, a connection cap that closes the oldest waiting
+connection first). ``GET /health`` reports the backend and corpus
 size. uvicorn stops gracefully on SIGINT/SIGTERM: it stops accepting, lets
 in-flight requests finish (up to ``--graceful-timeout`` s), then ends the
 process with that signal's status, so a supervisor sees why it stopped.
@@ -34,6 +38,9 @@ Example:
 """
 
 import argparse
+import asyncio
+import json
+import logging
 import socket
 import threading
 import time
@@ -51,7 +58,16 @@ from agent_gym.retrieval.corpus import Hit, dedupe_passages, load_corpus
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["Backend", "BackgroundServer", "ServerConfig", "build_retriever", "create_app", "main", "to_document"]
+__all__ = [
+    "Backend",
+    "BackgroundServer",
+    "ConnectionLimits",
+    "ServerConfig",
+    "build_retriever",
+    "create_app",
+    "main",
+    "to_document",
+]
 
 
 class Backend(StrEnum):
@@ -81,13 +97,132 @@ class ServerConfig:
     """Largest request body, in bytes (413 beyond it)."""
     max_allowed_ids: int = 100_000
     """Most ids in the ``allowed_ids`` extension field."""
+    max_results: int = 10_240
+    """Most hits one request may ask for: ``len(queries) x topk`` (422 beyond it; 1,024 queries x 10)."""
+    max_response_bytes: int = 32 * 2**20
+    """Largest answer, in bytes of JSON (422 once the answer being built passes it)."""
+    max_inflight: int = 4
+    """Requests searched at once; later ones wait for a slot (``/health`` never waits)."""
+    queue_timeout_s: float = 30.0
+    """How long a request waits for a search slot before a 503 (``Retry-After: 1``)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_queries", "max_topk", "default_topk", "max_query_chars", "max_body_bytes", "max_allowed_ids"):
+        names = ("max_queries", "max_topk", "default_topk", "max_query_chars", "max_body_bytes", "max_allowed_ids",
+                 "max_results", "max_response_bytes", "max_inflight")  # fmt: skip
+        for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if not 0 < self.queue_timeout_s < float("inf"):
+            raise ValueError(f"queue_timeout_s must be a positive finite number (got {self.queue_timeout_s})")
         if self.default_topk > self.max_topk:
             raise ValueError(f"default_topk must be <= max_topk (got {self.default_topk} > {self.max_topk})")
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one HTTP connection may hold of the server (uvicorn has no header or body deadline of its own).
+
+    A connection that has not sent a whole request head within ``header_timeout_s`` (from its opening, or
+    from the end of its previous answer), or a whole body within ``body_timeout_s`` after the head, is
+    closed; so are idle keep-alive connections after ``keep_alive_timeout_s``. At ``max_connections`` open
+    connections a new one closes the oldest that is *waiting* (no request being served), so a flood of
+    silent or slow clients cannot starve ``/health`` or real clients of sockets; when every connection is
+    serving a request, the new one is closed. Keep ``max_connections`` below the process's open-file limit.
+    """
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_timeout_s: float = 5.0
+    max_connections: int = 512
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be a positive finite number (got {getattr(self, name)})")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1 (got {self.max_connections})")
+
+    def protocol(self) -> type:
+        """uvicorn's h11 protocol class enforcing these limits (``uvicorn.Config(http=...)``)."""
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        limits = self
+        log = logging.getLogger("agent_gym.retrieval.server")
+        warned = [float("-inf")]
+
+        class GuardedH11(H11Protocol):
+            _phase: str | None = None
+            _timer: asyncio.TimerHandle | None = None
+            _upgraded = False
+
+            def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+                super().connection_made(transport)
+                self._opened = self.loop.time()
+                live = [c for c in self.connections if c.transport is not None and not c.transport.is_closing()]
+                excess = len(live) - limits.max_connections
+                if excess > 0:  # asyncio accepts a burst before any connection_made runs: close them all
+                    waiting = sorted((c for c in live if c is not self and getattr(c, "_phase", None) == "head"),
+                                     key=lambda c: c._opened)  # fmt: skip
+                    victims = waiting[:excess] + [self] * max(0, excess - len(waiting))
+                    if self.loop.time() - warned[0] > 10:  # one line per 10 s under a flood, not one per socket
+                        warned[0] = self.loop.time()
+                        log.warning(
+                            "%d connections open (max_connections=%d): closing %d, the oldest waiting first",
+                            len(live), limits.max_connections, excess,
+                        )  # fmt: skip
+                    for victim in victims[:excess]:
+                        victim._close("max_connections")
+                self._update_deadline()
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self._cancel()
+                super().connection_lost(exc)
+
+            def handle_events(self) -> None:
+                super().handle_events()
+                self._update_deadline()
+
+            def on_response_complete(self) -> None:
+                super().on_response_complete()
+                self._update_deadline()
+
+            def handle_websocket_upgrade(self, event: Any) -> None:
+                self._upgraded = True  # the WebSocket protocol owns the transport from here
+                self._cancel()
+                super().handle_websocket_upgrade(event)
+
+            def _cancel(self) -> None:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+
+            def _update_deadline(self) -> None:
+                if self._upgraded or self.transport is None or self.transport.is_closing():
+                    return
+                cycle = self.cycle
+                phase = "head" if cycle is None or cycle.response_complete else "body" if cycle.more_body else "serve"
+                if phase == self._phase:
+                    return
+                self._phase = phase
+                self._cancel()
+                if phase != "serve":
+                    wait = limits.header_timeout_s if phase == "head" else limits.body_timeout_s
+                    self._timer = self.loop.call_later(wait, self._close, f"{phase} timeout ({wait:g} s)")
+
+            def _close(self, why: str) -> None:
+                self._cancel()
+                if not self.transport.is_closing():
+                    log.info("closing a connection from %s: %s", self.client, why)
+                    self.transport.close()
+
+        return GuardedH11
+
+    def uvicorn_kwargs(self) -> dict[str, Any]:
+        """``uvicorn.Config``/``uvicorn.run`` keyword arguments for these limits."""
+        # asyncio accepts up to `backlog` sockets in one go before any is seen: keep that burst small, so
+        # open sockets stay near max_connections + backlog, under the open-file limit
+        backlog = max(16, min(2048, self.max_connections // 4))
+        return {"http": self.protocol(), "timeout_keep_alive": self.keep_alive_timeout_s, "backlog": backlog}
 
 
 def to_document(passage: Passage) -> dict[str, str]:
@@ -185,6 +320,12 @@ def _check_request(request: Any, config: ServerConfig) -> int:
     topk = config.default_topk if request.topk is None else request.topk
     if not 1 <= topk <= config.max_topk:
         raise HTTPException(422, f"topk must lie in [1, {config.max_topk}] (got {topk})")
+    if len(request.queries) * topk > config.max_results:
+        raise HTTPException(
+            422,
+            f"{len(request.queries)} queries x topk {topk} = {len(request.queries) * topk:,} hits > "
+            f"max_results={config.max_results:,}: split the request or ask a smaller topk",
+        )
     if request.allowed_ids is not None and len(request.allowed_ids) > config.max_allowed_ids:
         raise HTTPException(422, f"allowed_ids holds {len(request.allowed_ids):,} ids > {config.max_allowed_ids:,}")
     return topk
@@ -201,8 +342,9 @@ def create_app(retriever: Retriever, config: ServerConfig | None = None, *, back
     """
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from pydantic import BaseModel, StrictBool, StrictInt, StrictStr
+    from starlette.concurrency import run_in_threadpool
 
     config = config or ServerConfig()
 
@@ -228,14 +370,42 @@ def create_app(retriever: Retriever, config: ServerConfig | None = None, *, back
         status, detail = _validation_message(exc.errors())
         return JSONResponse({"detail": detail}, status_code=status)
 
-    @app.post("/retrieve")
-    def retrieve(request: RetrieveRequest) -> dict[str, Any]:
-        topk = _check_request(request, config)
+    slots = asyncio.Semaphore(config.max_inflight)
+
+    def answer(request: RetrieveRequest, topk: int) -> bytes:
         try:
             results = retriever.search_batch(request.queries, k=topk, allowed=request.allowed_ids)
         except ValueError as exc:  # e.g. allowed_ids naming passages the index lacks
             raise HTTPException(422, f"allowed_ids: {exc}") from None
-        return {"result": [[_hit_json(h, request.return_scores) for h in hits] for hits in results]}
+        rows, size = [], 0
+        for hits in results:  # encoded row by row, so an oversized answer stops before it is all built
+            row = json.dumps([_hit_json(h, request.return_scores) for h in hits], ensure_ascii=False, allow_nan=False)
+            rows.append(row.encode())
+            size += len(rows[-1]) + 1
+            if size > config.max_response_bytes:
+                raise HTTPException(
+                    422,
+                    f"the answer exceeds max_response_bytes={config.max_response_bytes:,}: "
+                    "split the request or ask a smaller topk",
+                )
+        return b'{"result":[' + b",".join(rows) + b"]}"
+
+    @app.post("/retrieve")
+    async def retrieve(request: RetrieveRequest) -> Response:
+        topk = _check_request(request, config)
+        try:
+            await asyncio.wait_for(slots.acquire(), config.queue_timeout_s)
+        except TimeoutError:
+            raise HTTPException(
+                503,
+                f"busy: {config.max_inflight} searches in flight for {config.queue_timeout_s:g} s; retry later",
+                headers={"Retry-After": "1"},
+            ) from None
+        try:
+            body = await run_in_threadpool(answer, request, topk)
+        finally:
+            slots.release()
+        return Response(body, media_type="application/json")
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -244,7 +414,7 @@ def create_app(retriever: Retriever, config: ServerConfig | None = None, *, back
             "backend": backend,
             "passages": len(retriever.passages),
             "uptime_s": round(time.time() - started, 1),
-            "limits": {"max_queries": config.max_queries, "max_topk": config.max_topk},
+            "limits": {k: getattr(config, k) for k in ("max_queries", "max_topk", "max_results", "max_inflight")},
         }
 
     app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
@@ -260,18 +430,28 @@ class BackgroundServer:
         port: Port to bind; 0 picks a free one.
         lifespan: uvicorn's ``lifespan`` (``"on"`` runs the app's startup and shutdown events, e.g. the
             OpenEnv server's idle-session reaper).
+        limits: Per-connection deadlines and the connection cap (:class:`ConnectionLimits`); None keeps
+            uvicorn's own behaviour.
 
     Attributes:
         url: ``http://host:port/retrieve`` once started.
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: str = "off") -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        lifespan: str = "off",
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         import uvicorn
 
         self._sock = socket.create_server((host, port))
         self.host, self.port = host, self._sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}/retrieve"
-        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=10)
+        extra = limits.uvicorn_kwargs() if limits is not None else {}
+        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=10, **extra)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
@@ -317,6 +497,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-topk", type=int, default=ServerConfig.max_topk)
     p.add_argument("--default-topk", type=int, default=ServerConfig.default_topk)
     p.add_argument("--max-query-chars", type=int, default=ServerConfig.max_query_chars)
+    p.add_argument("--max-body-bytes", type=int, default=ServerConfig.max_body_bytes, help="413 beyond it")
+    p.add_argument("--max-allowed-ids", type=int, default=ServerConfig.max_allowed_ids)
+    p.add_argument("--max-results", type=int, default=ServerConfig.max_results, help="queries x topk per request")
+    p.add_argument("--max-response-bytes", type=int, default=ServerConfig.max_response_bytes)
+    p.add_argument("--max-inflight", type=int, default=ServerConfig.max_inflight, help="searches at once")
+    p.add_argument("--queue-timeout", type=float, default=ServerConfig.queue_timeout_s, help="s; then 503")
+    p.add_argument("--header-timeout", type=float, default=ConnectionLimits.header_timeout_s, help="s per head")
+    p.add_argument("--body-timeout", type=float, default=ConnectionLimits.body_timeout_s, help="s per body")
+    p.add_argument("--keep-alive-timeout", type=float, default=ConnectionLimits.keep_alive_timeout_s)
+    p.add_argument("--max-connections", type=int, default=ConnectionLimits.max_connections)
     p.add_argument("--graceful-timeout", type=float, default=30.0, help="seconds in-flight requests get at shutdown")
     p.add_argument("--log-level", default="info")
     return p
@@ -335,7 +525,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_topk=args.max_topk,
         default_topk=args.default_topk,
         max_query_chars=args.max_query_chars,
+        max_body_bytes=args.max_body_bytes,
+        max_allowed_ids=args.max_allowed_ids,
+        max_results=args.max_results,
+        max_response_bytes=args.max_response_bytes,
+        max_inflight=args.max_inflight,
+        queue_timeout_s=args.queue_timeout,
     )
+    limits = ConnectionLimits(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections)
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    need = limits.max_connections + limits.uvicorn_kwargs()["backlog"] + 64
+    if soft != resource.RLIM_INFINITY and need > soft:
+        print(
+            f"[serve] warning: --max-connections {limits.max_connections} with its accept burst needs ~{need} "
+            f"open files, over this process's limit of {soft}: raise `ulimit -n` or lower --max-connections"
+        )
     t0 = time.perf_counter()
     passages = _passages(args)
     print(f"[serve] {len(passages):,} passages loaded in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -345,7 +551,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = create_app(retriever, config, backend=args.backend)
     print(f"[serve] POST http://{args.host}:{args.port}/retrieve  GET /health  (Ctrl-C stops)", flush=True)
     uvicorn.run(
-        app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=args.graceful_timeout
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=args.graceful_timeout,
+        **limits.uvicorn_kwargs(),
     )
     return 0
 

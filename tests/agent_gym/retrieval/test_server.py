@@ -116,7 +116,7 @@ def test_streamed_oversize_body_is_cut_off(url: str) -> None:
 def test_health(url: str) -> None:
     health = httpx.get(url.replace("/retrieve", "/health")).json()
     assert health["status"] == "ok" and health["backend"] == "bm25" and health["passages"] == 5
-    assert health["limits"] == {"max_queries": 8, "max_topk": 5}
+    assert health["limits"] == {"max_queries": 8, "max_topk": 5, "max_results": 10_240, "max_inflight": 4}
 
 
 class _SlowRetriever:
