@@ -132,3 +132,48 @@ def test_every_limit_is_a_flag() -> None:
 def test_connection_limits_refuse_nonsense(bad) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         ConnectionLimits(**bad)
+
+
+def test_health_answers_under_1100_idle_connections_at_a_1024_file_limit(tmp_path) -> None:
+    """The issue's probe against the real command: before, accept() failed with EMFILE and /health timed out."""
+    import resource
+    import subprocess
+    import sys
+
+    from agent_gym.datasets import embedded_path
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"this process may open only {hard} files; the probe needs 1,100 client sockets")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = [sys.executable, "-m", "agent_gym.retrieval.server", "--qa-data", str(embedded_path("hotpotqa")),
+           "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        cmd, stdout=log, stderr=log, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    )
+    base = f"http://127.0.0.1:{port}"
+    idle: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(base + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()
+                time.sleep(0.2)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(1100)]
+        time.sleep(0.5)
+        health = httpx.get(base + "/health", timeout=5)
+        assert health.status_code == 200
+        assert "Too many open files" not in (tmp_path / "server.log").read_text()
+    finally:
+        for s in idle:
+            s.close()
+        server.terminate()
+        server.wait(20)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
