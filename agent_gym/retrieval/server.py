@@ -40,9 +40,6 @@ Example:
 import argparse
 import asyncio
 import json
-import logging
-import socket
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent_gym.core.passages import Passage
+from agent_gym.core.serving import BackgroundServer, ConnectionLimits
 from agent_gym.datasets import load_qa
 from agent_gym.retrieval.base import Retriever
 from agent_gym.retrieval.corpus import Hit, dedupe_passages, load_corpus
@@ -116,113 +114,6 @@ class ServerConfig:
             raise ValueError(f"queue_timeout_s must be a positive finite number (got {self.queue_timeout_s})")
         if self.default_topk > self.max_topk:
             raise ValueError(f"default_topk must be <= max_topk (got {self.default_topk} > {self.max_topk})")
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    """What one HTTP connection may hold of the server (uvicorn has no header or body deadline of its own).
-
-    A connection that has not sent a whole request head within ``header_timeout_s`` (from its opening, or
-    from the end of its previous answer), or a whole body within ``body_timeout_s`` after the head, is
-    closed; so are idle keep-alive connections after ``keep_alive_timeout_s``. At ``max_connections`` open
-    connections a new one closes the oldest that is *waiting* (no request being served), so a flood of
-    silent or slow clients cannot starve ``/health`` or real clients of sockets; when every connection is
-    serving a request, the new one is closed. Keep ``max_connections`` below the process's open-file limit.
-    """
-
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    keep_alive_timeout_s: float = 5.0
-    max_connections: int = 512
-
-    def __post_init__(self) -> None:
-        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
-            if not 0 < getattr(self, name) < float("inf"):
-                raise ValueError(f"{name} must be a positive finite number (got {getattr(self, name)})")
-        if self.max_connections < 1:
-            raise ValueError(f"max_connections must be >= 1 (got {self.max_connections})")
-
-    def protocol(self) -> type:
-        """uvicorn's h11 protocol class enforcing these limits (``uvicorn.Config(http=...)``)."""
-        from uvicorn.protocols.http.h11_impl import H11Protocol
-
-        limits = self
-        log = logging.getLogger("agent_gym.retrieval.server")
-        warned = [float("-inf")]
-
-        class GuardedH11(H11Protocol):
-            _phase: str | None = None
-            _timer: asyncio.TimerHandle | None = None
-            _upgraded = False
-
-            def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                self._opened = self.loop.time()
-                live = [c for c in self.connections if c.transport is not None and not c.transport.is_closing()]
-                excess = len(live) - limits.max_connections
-                if excess > 0:  # asyncio accepts a burst before any connection_made runs: close them all
-                    waiting = sorted((c for c in live if c is not self and getattr(c, "_phase", None) == "head"),
-                                     key=lambda c: c._opened)  # fmt: skip
-                    victims = waiting[:excess] + [self] * max(0, excess - len(waiting))
-                    if self.loop.time() - warned[0] > 10:  # one line per 10 s under a flood, not one per socket
-                        warned[0] = self.loop.time()
-                        log.warning(
-                            "%d connections open (max_connections=%d): closing %d, the oldest waiting first",
-                            len(live), limits.max_connections, excess,
-                        )  # fmt: skip
-                    for victim in victims[:excess]:
-                        victim._close("max_connections")
-                self._update_deadline()
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._cancel()
-                super().connection_lost(exc)
-
-            def handle_events(self) -> None:
-                super().handle_events()
-                self._update_deadline()
-
-            def on_response_complete(self) -> None:
-                super().on_response_complete()
-                self._update_deadline()
-
-            def handle_websocket_upgrade(self, event: Any) -> None:
-                self._upgraded = True  # the WebSocket protocol owns the transport from here
-                self._cancel()
-                super().handle_websocket_upgrade(event)
-
-            def _cancel(self) -> None:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-
-            def _update_deadline(self) -> None:
-                if self._upgraded or self.transport is None or self.transport.is_closing():
-                    return
-                cycle = self.cycle
-                phase = "head" if cycle is None or cycle.response_complete else "body" if cycle.more_body else "serve"
-                if phase == self._phase:
-                    return
-                self._phase = phase
-                self._cancel()
-                if phase != "serve":
-                    wait = limits.header_timeout_s if phase == "head" else limits.body_timeout_s
-                    self._timer = self.loop.call_later(wait, self._close, f"{phase} timeout ({wait:g} s)")
-
-            def _close(self, why: str) -> None:
-                self._cancel()
-                if not self.transport.is_closing():
-                    log.info("closing a connection from %s: %s", self.client, why)
-                    self.transport.close()
-
-        return GuardedH11
-
-    def uvicorn_kwargs(self) -> dict[str, Any]:
-        """``uvicorn.Config``/``uvicorn.run`` keyword arguments for these limits."""
-        # asyncio accepts up to `backlog` sockets in one go before any is seen: keep that burst small, so
-        # open sockets stay near max_connections + backlog, under the open-file limit
-        backlog = max(16, min(2048, self.max_connections // 4))
-        return {"http": self.protocol(), "timeout_keep_alive": self.keep_alive_timeout_s, "backlog": backlog}
 
 
 def to_document(passage: Passage) -> dict[str, str]:
@@ -331,6 +222,42 @@ def _check_request(request: Any, config: ServerConfig) -> int:
     return topk
 
 
+def _answer(retriever: Retriever, config: ServerConfig, request: Any, topk: int) -> bytes:
+    """The ``/retrieve`` answer as JSON bytes, encoded row by row so that an oversized one stops early."""
+    from fastapi import HTTPException
+
+    try:
+        results = retriever.search_batch(request.queries, k=topk, allowed=request.allowed_ids)
+    except ValueError as exc:  # e.g. allowed_ids naming passages the index lacks
+        raise HTTPException(422, f"allowed_ids: {exc}") from None
+    rows, size = [], 0
+    for hits in results:
+        row = json.dumps([_hit_json(h, request.return_scores) for h in hits], ensure_ascii=False, allow_nan=False)
+        rows.append(row.encode())
+        size += len(rows[-1]) + 1
+        if size > config.max_response_bytes:
+            raise HTTPException(
+                422,
+                f"the answer exceeds max_response_bytes={config.max_response_bytes:,}: "
+                "split the request or ask a smaller topk",
+            )
+    return b'{"result":[' + b",".join(rows) + b"]}"
+
+
+async def _search_slot(slots: asyncio.Semaphore, config: ServerConfig) -> None:
+    """Wait for one of ``max_inflight`` search slots; 503 with ``Retry-After`` after ``queue_timeout_s``."""
+    from fastapi import HTTPException
+
+    try:
+        await asyncio.wait_for(slots.acquire(), config.queue_timeout_s)
+    except TimeoutError:
+        raise HTTPException(
+            503,
+            f"busy: {config.max_inflight} searches in flight for {config.queue_timeout_s:g} s; retry later",
+            headers={"Retry-After": "1"},
+        ) from None
+
+
 def create_app(retriever: Retriever, config: ServerConfig | None = None, *, backend: str = "bm25") -> "FastAPI":
     """The FastAPI application serving ``retriever`` (``/retrieve``, ``/health``).
 
@@ -340,7 +267,7 @@ def create_app(retriever: Retriever, config: ServerConfig | None = None, *, back
         config: Request limits (default :class:`ServerConfig`).
         backend: Its name, reported by ``/health``.
     """
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
     from pydantic import BaseModel, StrictBool, StrictInt, StrictStr
@@ -372,106 +299,25 @@ def create_app(retriever: Retriever, config: ServerConfig | None = None, *, back
 
     slots = asyncio.Semaphore(config.max_inflight)
 
-    def answer(request: RetrieveRequest, topk: int) -> bytes:
-        try:
-            results = retriever.search_batch(request.queries, k=topk, allowed=request.allowed_ids)
-        except ValueError as exc:  # e.g. allowed_ids naming passages the index lacks
-            raise HTTPException(422, f"allowed_ids: {exc}") from None
-        rows, size = [], 0
-        for hits in results:  # encoded row by row, so an oversized answer stops before it is all built
-            row = json.dumps([_hit_json(h, request.return_scores) for h in hits], ensure_ascii=False, allow_nan=False)
-            rows.append(row.encode())
-            size += len(rows[-1]) + 1
-            if size > config.max_response_bytes:
-                raise HTTPException(
-                    422,
-                    f"the answer exceeds max_response_bytes={config.max_response_bytes:,}: "
-                    "split the request or ask a smaller topk",
-                )
-        return b'{"result":[' + b",".join(rows) + b"]}"
-
     @app.post("/retrieve")
     async def retrieve(request: RetrieveRequest) -> Response:
         topk = _check_request(request, config)
+        await _search_slot(slots, config)
         try:
-            await asyncio.wait_for(slots.acquire(), config.queue_timeout_s)
-        except TimeoutError:
-            raise HTTPException(
-                503,
-                f"busy: {config.max_inflight} searches in flight for {config.queue_timeout_s:g} s; retry later",
-                headers={"Retry-After": "1"},
-            ) from None
-        try:
-            body = await run_in_threadpool(answer, request, topk)
+            body = await run_in_threadpool(_answer, retriever, config, request, topk)
         finally:
             slots.release()
         return Response(body, media_type="application/json")
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "backend": backend,
-            "passages": len(retriever.passages),
-            "uptime_s": round(time.time() - started, 1),
-            "limits": {k: getattr(config, k) for k in ("max_queries", "max_topk", "max_results", "max_inflight")},
-        }
+        limits = {k: getattr(config, k) for k in ("max_queries", "max_topk", "max_results", "max_inflight")}
+        uptime = round(time.time() - started, 1)
+        return {"status": "ok", "backend": backend, "passages": len(retriever.passages), "uptime_s": uptime,
+                "limits": limits}  # fmt: skip
 
     app.add_middleware(_BodyLimit, limit=config.max_body_bytes)
     return app
-
-
-class BackgroundServer:
-    """Run an ASGI app under uvicorn in a daemon thread on a free port (tests, benchmarks, notebooks).
-
-    Args:
-        app: The application (e.g. from :func:`create_app`).
-        host: Interface to bind.
-        port: Port to bind; 0 picks a free one.
-        lifespan: uvicorn's ``lifespan`` (``"on"`` runs the app's startup and shutdown events, e.g. the
-            OpenEnv server's idle-session reaper).
-        limits: Per-connection deadlines and the connection cap (:class:`ConnectionLimits`); None keeps
-            uvicorn's own behaviour.
-
-    Attributes:
-        url: ``http://host:port/retrieve`` once started.
-    """
-
-    def __init__(
-        self,
-        app: Any,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        lifespan: str = "off",
-        limits: ConnectionLimits | None = None,
-    ) -> None:
-        import uvicorn
-
-        self._sock = socket.create_server((host, port))
-        self.host, self.port = host, self._sock.getsockname()[1]
-        self.url = f"http://{host}:{self.port}/retrieve"
-        extra = limits.uvicorn_kwargs() if limits is not None else {}
-        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=10, **extra)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def __enter__(self) -> "BackgroundServer":
-        self._thread.start()
-        deadline = time.monotonic() + 30.0
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the retrieval server on port {self.port} did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """Ask uvicorn to shut down gracefully (in-flight requests finish) and wait for it."""
-        self.server.should_exit = True
-        self._thread.join(timeout)
-        self._sock.close()
 
 
 def _passages(args: argparse.Namespace) -> list[Passage]:
