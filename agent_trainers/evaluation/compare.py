@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_trainers.evaluation.metrics import View, metric_spec, shown_in
-from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, read_records
+from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, markdown_row, read_records
 from agent_trainers.evaluation.records import EpisodeRecord
 from agent_trainers.evaluation.stats import PairedComparison, paired_difference, summarize_records
 
@@ -84,8 +84,8 @@ def comparison_rows(runs: Sequence[Run], metrics: Sequence[str] = COMPARE_METRIC
 def comparison_markdown(runs: Sequence[Run], metrics: Sequence[str] = COMPARE_METRICS) -> str:
     """The comparison table in Markdown (mean [bootstrap 95% interval] per cell)."""
     rows = comparison_rows(runs, metrics)
-    lines = ["| " + " | ".join(rows[0]) + " |", "|---" * len(rows[0]) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]]) + "\n"
+    lines = [markdown_row(rows[0]), "|---" * len(rows[0]) + "|"]
+    return "\n".join(lines + [markdown_row(r) for r in rows[1:]]) + "\n"
 
 
 def _key(r: EpisodeRecord) -> str:

@@ -170,3 +170,10 @@ def markdown_summary(summary: Mapping[str, Any]) -> str:
             n = next(iter(metrics.values()))["n"]
             lines.append(f"| {t} | {n} | " + " | ".join(_cell(k, metrics[k]) for k in names) + " |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_row(cells: Sequence[str]) -> str:
+    """One Markdown table row; a ``|`` inside a cell (a run's label, say) is escaped and a line break becomes a
+    space, so a cell can never add a column or end the table."""
+    clean = [str(c).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ") for c in cells]
+    return "| " + " | ".join(clean) + " |"

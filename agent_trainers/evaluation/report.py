@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_trainers.evaluation.metrics import metric_spec
-from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, read_records
+from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, markdown_row, read_records
 from agent_trainers.evaluation.stats import RESAMPLES, Interval, bootstrap_average, bootstrap_mean
 
 __all__ = ["DATASET_NAMES", "PAPER_IN_DOMAIN", "Report", "build_report"]
@@ -66,11 +66,11 @@ class Report:
         spec = metric_spec(self.metric)
         digits = spec.digits if digits is None else digits
         head = ["method", *(self.title(d) for d in self.columns), "average"]
-        lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+        lines = [markdown_row(head), "|---" * len(head) + "|"]
         for label, cells in self.rows.items():
             values = [cells[d].format(digits) if d in cells else "—" for d in self.columns]
             avg = self.average[label].format(digits) if label in self.average else "—"
-            lines.append("| " + " | ".join([label, *values, avg]) + " |")
+            lines.append(markdown_row([label, *values, avg]))
         counts = ", ".join(f"{DATASET_NAMES.get(d, d)} {self._n(d)}" for d in self.columns)
         better = "" if spec.direction == "neither" else f" ({spec.direction} is better)"
         note = (

@@ -91,3 +91,15 @@ def test_change_statements(tmp_path):
         table.splitlines()[2].startswith("| base | 0.000 [0.000, 0.000] | 0.000 [")
         and "| — |" not in table.splitlines()[2][:40]
     )
+
+
+def test_a_pipe_or_line_break_in_a_label_stays_inside_its_cell(tmp_path):
+    """`agent-r1 report` once wrote a `|` in a label raw: the row gained a column (issue 25, item 12)."""
+    dirs = [folder(tmp_path, "GRPO | lr 5e-6", "hotpotqa", [1, 0]), folder(tmp_path, "two\nlines", "hotpotqa", [1, 1])]
+    lines = build_report(dirs).to_markdown().splitlines()
+    assert lines[2].startswith("| GRPO \\| lr 5e-6 | 0.500 [") and lines[3].startswith("| two lines | 1.000 [")
+    for row in lines[:4]:  # every row has the header's 3 cells: unescaped pipes are only the separators
+        assert row.replace("\\|", "").count("|") == 4
+    table = comparison_markdown([load_run(d) for d in dirs])
+    assert "| GRPO \\| lr 5e-6 |" in table and all(r.replace("\\|", "").count("|") == table.splitlines()[0].count("|")
+                                                  for r in table.splitlines())  # fmt: skip
