@@ -111,8 +111,26 @@ def _chunks(items: Sequence[TaskInfo], size: int) -> list[Sequence[TaskInfo]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _task_env(spec: EvalSpec) -> gym.Env:
+    """``gym.make`` of the spec's env; an unknown id, a bad kwarg or an env without tasks is a one-line ValueError."""
+    try:
+        env = gym.make(spec.env_id, **spec.env_kwargs)
+    except gym.error.Error as exc:  # an unknown namespace, name or version
+        raise ValueError(f"{spec.env_id}: {exc}") from None
+    except TypeError as exc:
+        if "environment creator" not in str(exc):  # not an argument of the env's constructor: a real bug
+            raise
+        raise ValueError(f"env kwargs of {spec.env_id}: {exc}") from None
+    if not callable(getattr(env.unwrapped, "num_tasks", None)):
+        env.close()
+        raise ValueError(
+            f"{spec.env_id} has no indexed tasks (num_tasks): evaluation plays task envs (`agent-r1 envs` lists them)"
+        )
+    return env
+
+
 def _tasks(spec: EvalSpec) -> tuple[list[TaskInfo], tuple[str, ...]]:
-    env = gym.make(spec.env_id, **spec.env_kwargs)
+    env = _task_env(spec)
     try:
         n = int(env.unwrapped.num_tasks())
         end = min(n, spec.start + spec.limit) if spec.limit else n

@@ -122,7 +122,10 @@ def _accepts(env_id: str, name: str) -> bool:
 
     import agent_gym  # noqa: F401
 
-    spec = gym.spec(env_id)
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as exc:  # an unknown namespace, name or version: one line, not a traceback
+        raise ValueError(f"--env {env_id}: {exc}") from None
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     params = inspect.signature(creator).parameters
     return name in params or name in spec.kwargs
@@ -213,6 +216,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
     )
     out = args.out or f"runs/eval/{_slug(args.env.split('/')[-1])}-{_slug(spec.name)}"
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out} is a file: give a folder (the evaluation writes several files into it)")
     result = run_eval(spec, _policy(args), out, resume=not args.overwrite)
     print((Path(out) / "summary.md").read_text(encoding="utf-8"))
     print(f"{result.summary['episodes']} questions in {result.summary['wall_s']} s; written to {out}/")

@@ -204,3 +204,28 @@ def test_agent_r1_parses_its_other_commands_without_importing_torch():
         "build_parser().parse_args(['report', 'x']); assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "Nope/Nope-v0"], "--env Nope/Nope-v0: Namespace Nope not found"),
+        (["--env", "AgentR1/Calculatr-v0"], "Did you mean: `Calculator`?"),
+        (["--env", "CartPole-v1"], "CartPole-v1 has no indexed tasks (num_tasks)"),
+        (["--env", "AgentR1/Calculator-v0", "--env-kwargs", '{"bogus": 1}'], "unexpected keyword argument 'bogus'"),
+    ],
+)
+def test_a_wrong_env_is_a_one_line_error(args, message, tmp_path, capsys):
+    """Issue 25, item 12: these were tracebacks (NamespaceNotFound, AttributeError num_tasks, TypeError)."""
+    assert main(["eval", "--method", "closed-book", *TINY, "--out", str(tmp_path / "o"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and err.startswith("agent-r1 eval: error: ")
+
+
+def test_out_naming_an_existing_file_is_a_one_line_error(tmp_path, capsys):
+    target = tmp_path / "results.txt"
+    target.write_text("keep me")
+    assert main(["eval", "--method", "closed-book", *TINY, "--limit", "1", "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {target} is a file" in err and len(err.strip().splitlines()) == 1
+    assert target.read_text() == "keep me"
