@@ -141,6 +141,8 @@ def env_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
         kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--env-kwargs must be a JSON object ({exc})") from exc
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise ValueError("--env-kwargs is nested too deeply to read (env kwargs are a flat JSON object)") from None
     if not isinstance(kwargs, dict):
         raise ValueError(f"--env-kwargs must be a JSON object (got {args.env_kwargs!r})")
     if args.data_path:

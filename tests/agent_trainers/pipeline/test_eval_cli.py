@@ -62,6 +62,7 @@ def test_a_folder_mixing_splits_is_refused_and_a_glob_chooses(shared_data, tmp_p
     [
         (["--env-kwargs", "{nope"], "--env-kwargs must be a JSON object"),
         (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--env-kwargs", '{"a":' * 20_000 + "1" + "}" * 20_000], "--env-kwargs is nested too deeply"),
         (["--data-path", "/no/such/file.jsonl"], "does not exist"),
         (["--base-url", "http://127.0.0.1:9/v1", "--timeout-s", "0"], "timeout_s and max_response_bytes must be > 0"),
     ],
