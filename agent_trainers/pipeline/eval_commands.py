@@ -190,10 +190,12 @@ def run_eval_cli(argv: Sequence[str]) -> int:
     Returns:
         0; 2 on bad arguments or settings (one line: ``agent-r1 eval: error: ...``).
     """
+    from agent_trainers.policies.openai_policy import EndpointError
+
     args = build_eval_parser().parse_args(list(argv))
     try:
         return run_eval_command(args)
-    except (ValueError, FileNotFoundError, KeyError) as err:
+    except (ValueError, FileNotFoundError, KeyError, EndpointError) as err:  # the folder's records are kept: rerun
         print(f"agent-r1 eval: error: {one_line(err)}", file=sys.stderr)
         return 2
 

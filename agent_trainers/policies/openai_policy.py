@@ -114,9 +114,9 @@ class OpenAIPolicy:
         payload = self._post(body)
         try:
             choice = payload["choices"][0]
-            text = choice["message"].get("content") or ""
+            text = _content_text(choice["message"].get("content"))
             reason = choice.get("finish_reason") or "stop"
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise EndpointError(f"{self.base_url}: unexpected response {str(payload)[:200]!r}") from exc
         if reason == "stop" and params.stop and not any(s in text for s in params.stop):
             # OpenAI servers drop the matched stop string; the env needs the closed tag.
@@ -164,6 +164,8 @@ class OpenAIPolicy:
             return json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise EndpointError(f"{self.base_url}: response is not JSON: {data[:200]!r}") from exc
+        except RecursionError:  # json's decoder recurses once per nesting level
+            raise EndpointError(f"{self.base_url}: response JSON is nested too deeply to read") from None
 
     async def _fetch(self, body: dict[str, Any], left: float) -> tuple[int, bytes]:
         """``(status, decoded body)`` of one POST (the caller bounds its total time)."""
@@ -179,6 +181,18 @@ class OpenAIPolicy:
                 ) from None
             except BodyError as exc:
                 raise EndpointError(f"{self.base_url}: {exc}") from None
+
+
+def _content_text(content: Any) -> str:
+    """A message's ``content``: a string, null, or a list of content parts (``{"type": "text", "text": ...}``,
+    as some OpenAI-compatible servers answer), whose text parts are joined; anything else is a ValueError."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        texts = [p.get("text") for p in content if p.get("type", "text") == "text"]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(texts)
+    raise ValueError(f"message content is neither text nor a list of text parts: {str(content)[:100]!r}")
 
 
 def _closing_stop(text: str, stop: Sequence[str]) -> str:

@@ -48,6 +48,15 @@ class _ChatHandler(BaseHTTPRequestHandler):
             self._send(503, b'{"error": "overloaded"}')
         elif model == "bad":
             self._send(400, b'{"error": "max_tokens is too large"}')
+        elif model == "parts":  # content as a list of parts, as some OpenAI-compatible servers answer
+            parts = [{"type": "text", "text": "<answer>Pa"}, {"type": "image_url"}, {"type": "text", "text": "ris"}]
+            self._send(
+                200, json.dumps({"choices": [{"message": {"content": parts}, "finish_reason": "length"}]}).encode()
+            )
+        elif model == "odd-content":
+            self._send(200, json.dumps({"choices": [{"message": {"content": 42}}]}).encode())
+        elif model == "deep":
+            self._send(200, b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
         elif model == "garbage":
             self._send(200, b"<html>not json</html>")
         elif model == "huge":
@@ -170,3 +179,24 @@ def test_oversized_responses_are_refused(chat_server):
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(EndpointError, match="ConnectError"):
         ask(OpenAIPolicy("http://127.0.0.1:9/v1", "m", timeout_s=1.0, max_retries=1, backoff_s=0.01))
+
+
+def test_content_parts_are_joined_and_odd_content_is_an_endpoint_error(chat_server):
+    assert ask(OpenAIPolicy(chat_server, "parts")) == "<answer>Paris"
+    with pytest.raises(EndpointError, match="unexpected response .*'content': 42"):
+        ask(OpenAIPolicy(chat_server, "odd-content"))
+
+
+def test_deeply_nested_json_is_an_endpoint_error_not_a_recursion_error(chat_server):
+    with pytest.raises(EndpointError, match="nested too deeply"):
+        ask(OpenAIPolicy(chat_server, "deep"))
+
+
+def test_an_endpoint_failing_after_its_retries_ends_agent_r1_eval_in_one_line(chat_server, tmp_path, capsys):
+    from agent_trainers.pipeline.cli import main
+
+    argv = ["eval", "--method", "closed-book", "--base-url", chat_server, "--api-model", "down", "--limit", "1",
+            "--timeout-s", "2", "--out", str(tmp_path / "o")]  # fmt: skip
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("closed-book:")]
+    assert len(err) == 1 and err[0].startswith("agent-r1 eval: error: ") and "HTTP 503" in err[0]  # no traceback
