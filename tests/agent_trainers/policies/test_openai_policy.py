@@ -183,7 +183,7 @@ def test_unreachable_server_is_a_clear_error():
 
 def test_content_parts_are_joined_and_odd_content_is_an_endpoint_error(chat_server):
     assert ask(OpenAIPolicy(chat_server, "parts")) == "<answer>Paris"
-    with pytest.raises(EndpointError, match="unexpected response .*'content': 42"):
+    with pytest.raises(EndpointError, match=r"unexpected response .*'content': 42"):
         ask(OpenAIPolicy(chat_server, "odd-content"))
 
 
