@@ -92,7 +92,7 @@ def test_a_slow_head_and_a_slow_body_are_cut_at_their_deadlines() -> None:
         drip = socket.create_connection((server.host, server.port))
         drip.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")  # a head never finished
         body = socket.create_connection((server.host, server.port))
-        body.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\"")
+        body.sendall(b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"queries"')
         started = time.perf_counter()
         assert _closed_within(silent, 3) and _closed_within(drip, 3) and _closed_within(body, 3)
         assert time.perf_counter() - started < 2.0
