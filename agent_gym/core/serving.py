@@ -32,6 +32,9 @@ class _Guard:
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._opened = self.loop.time()
+        if len(self.connections) <= self.limits.max_connections:  # the common case: no scan of the others
+            self._update_deadline()
+            return
         live = [c for c in self.connections if c.transport is not None and not c.transport.is_closing()]
         excess = len(live) - self.limits.max_connections
         if excess > 0:  # asyncio accepts a burst before any connection_made runs: close them all

@@ -38,8 +38,7 @@ def test_queries_times_topk_is_capped_before_any_search() -> None:
 
 
 def test_an_answer_over_max_response_bytes_is_refused() -> None:
-    one = httpx.Response(200)  # size of one query's answer, measured through the server itself
-    with BackgroundServer(create_app(LOCAL)) as server:
+    with BackgroundServer(create_app(LOCAL)) as server:  # the size of one query's answer, through the server
         one = httpx.post(server.url, json={"queries": ["rivers"], "topk": 3})
     limit = len(one.content) * 2  # two queries fit (their rows plus the wrapper), three do not
     with BackgroundServer(create_app(LOCAL, ServerConfig(max_response_bytes=limit))) as server:
