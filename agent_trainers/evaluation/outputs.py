@@ -50,7 +50,7 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
     Raises:
         ValueError: A line other than the last is not a record (the message names it).
     """
-    lines = _read_lines(Path(path))
+    lines = read_lines(Path(path))
     records = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -64,7 +64,7 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
     return records
 
 
-def _read_lines(path: Path) -> list[str]:
+def read_lines(path: Path) -> list[str]:
     """The file's lines; a last line cut inside a UTF-8 character (an interrupted write) loses only its tail.
 
     Raises:

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
+
 from agent_gym.core.files import write_atomic
+from agent_trainers.evaluation.outputs import read_lines
 from agent_trainers.rollout.export import trajectory_from_dict
 from agent_trainers.rollout.types import Trajectory
 
@@ -29,6 +35,19 @@ __all__ = ["Outcome", "card_data", "read_cards", "render_html", "write_viewer"]
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "viewer.html"
 """The page: CSS and script inline; ``__DATA__`` and ``__TITLE__`` are filled in."""
+
+
+class _RecordShape(TypedDict, total=False):
+    """The fields of an evaluation record the viewer draws (besides its trajectory)."""
+
+    question: str | None
+    gold: list[str] | None
+    answer: str | None
+    scores: dict[str, float]
+    reward: float
+
+
+_RECORD = TypeAdapter(_RecordShape)
 
 
 class Outcome(StrEnum):
@@ -63,6 +82,9 @@ def _segments(traj: Trajectory, tokenizer: Any) -> list[list[Any]]:
     ids, mask = traj.completion_ids, traj.loss_mask
     if tokenizer is None or not ids or len(mask) != len(ids):
         return []
+    vocab = len(tokenizer)
+    if max(ids) >= vocab:
+        raise ValueError(f"token id {max(ids)} is outside the tokenizer's vocabulary of {vocab} (another model's ids?)")
     runs: list[list[Any]] = []
     start = 0
     for i in range(1, len(ids) + 1):
@@ -77,12 +99,19 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
     """The viewer's data for one JSONL line (a trajectory, or an evaluation record holding one).
 
     Raises:
-        ValueError: The line is neither.
+        ValueError: The line is neither, or a field has the wrong type (the message names it).
     """
+    if not isinstance(line, Mapping):
+        raise ValueError(f"a JSON object was expected, not {type(line).__name__}")
     record = line if "trajectory" in line else None
-    traj = trajectory_from_dict(dict(record["trajectory"] if record else line))
+    traj = trajectory_from_dict(record["trajectory"] if record else dict(line))
     if record is not None:
-        scores = {k: float(v) for k, v in record.get("scores", {}).items()}
+        try:
+            fields = _RECORD.validate_python({k: record[k] for k in _RecordShape.__annotations__ if k in record})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        scores = fields.get("scores", {})
     else:
         scores = {k.removeprefix("answer_"): v for k, v in traj.metrics.items() if k.startswith("answer_")}
     return {
@@ -93,7 +122,7 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         "seed": traj.seed,
         "stop": traj.stop_reason or "(none)",
         "outcome": str(_outcome(traj.answered, scores)),
-        "reward": traj.total_reward if record is None else float(record.get("reward", traj.total_reward)),
+        "reward": traj.total_reward if record is None else fields.get("reward", traj.total_reward),
         "metrics": traj.metrics,
         "question": record.get("question") if record else None,
         "gold": record.get("gold") if record else None,
@@ -112,24 +141,53 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
 def read_cards(path: str | Path, tokenizer: Any = None) -> list[dict[str, Any]]:
     """Every line of a trajectory / episode JSONL file as card data.
 
+    A last line that is not JSON (a write cut short) is dropped with a warning, as the evaluation's
+    reader drops it.
+
     Raises:
-        ValueError: A line is not JSON or not a trajectory (the message names the line).
+        FileNotFoundError: No such file.
+        ValueError: A line is not JSON (other than the last) or not a trajectory (the message names the line).
     """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    lines = read_lines(path)
     cards = []
-    with Path(path).open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                cards.append(card_data(json.loads(line), len(cards), tokenizer))
-            except (json.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
-                raise ValueError(f"{path}:{n}: not a trajectory or episode record ({exc})") from exc
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if n == len(lines):
+                warnings.warn(f"{path}:{n}: the last line is not whole JSON (cut short?); dropped", stacklevel=2)
+                break
+            raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{n}: JSON nested too deeply") from None
+        try:
+            cards.append(card_data(data, len(cards), tokenizer))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"{path}:{n}: not a trajectory or episode record ({exc})") from exc
     return cards
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinite floats as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+    (JSON has no such numbers, so the page's ``JSON.parse`` would refuse them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def render_html(cards: Iterable[Mapping[str, Any]], title: str) -> str:
-    """The page with ``cards`` embedded (``<`` escaped so no text can close the script element)."""
-    data = json.dumps(list(cards), ensure_ascii=False).replace("<", "\\u003c")
+    """The page with ``cards`` embedded (``<`` escaped so no text can close the script element; NaN and
+    infinite numbers as strings, so the embedded data stays JSON)."""
+    data = json.dumps(_finite(list(cards)), ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
     fill = {"__TITLE__": html.escape(title), "__DATA__": data}
     return re.sub("__TITLE__|__DATA__", lambda m: fill[m.group(0)], TEMPLATE.read_text(encoding="utf-8"))
 

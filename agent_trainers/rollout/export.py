@@ -19,7 +19,10 @@ import dataclasses
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NotRequired
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
 from agent_gym.core.files import write_atomic
 from agent_trainers.rollout.types import Trajectory, TurnSpan
@@ -28,6 +31,36 @@ __all__ = ["FORMAT_VERSION", "load_jsonl", "save_jsonl", "trajectory_from_dict",
 
 FORMAT_VERSION = 1
 _FIELDS = {f.name for f in dataclasses.fields(Trajectory)}
+_TOKEN_ID = Annotated[int, Field(ge=0)]
+
+
+@with_config(ConfigDict(extra="forbid"))
+class _TurnShape(TypedDict):
+    start: int
+    end: int
+    env_end: int
+    reward: NotRequired[float]
+    reward_terms: NotRequired[dict[str, float]]
+    format_errors: NotRequired[list[str]]
+
+
+_SHAPES: dict[str, TypeAdapter[Any]] = {
+    "prompt_ids": TypeAdapter(list[_TOKEN_ID]),
+    "completion_ids": TypeAdapter(list[_TOKEN_ID]),
+    "loss_mask": TypeAdapter(list[Annotated[int, Field(ge=0, le=1)]]),
+    "logprobs": TypeAdapter(list[float]),
+    "messages": TypeAdapter(list[dict[str, Any]]),
+    "metrics": TypeAdapter(dict[str, float]),
+    "env_kwargs": TypeAdapter(dict[str, Any]),
+    "tools": TypeAdapter(list[dict[str, Any]]),
+    "turns": TypeAdapter(list[_TurnShape]),
+    **{name: TypeAdapter(int) for name in ("seed", "task_index", "group_id", "evidence_found", "evidence_total")},
+    **{name: TypeAdapter(str) for name in ("env_id", "task_id", "stop_reason", "error")},
+    **{name: TypeAdapter(bool) for name in ("terminated", "truncated")},
+}
+"""Each field's JSON shape, checked in strict mode (no ``"5"`` for 5, no string for a list; NaN and
+infinite floats are floats). A saved trajectory has every field; an old or hand-written one may lack the
+defaulted ones."""
 
 
 def trajectory_to_dict(traj: Trajectory) -> dict[str, Any]:
@@ -39,8 +72,11 @@ def trajectory_from_dict(record: dict[str, Any]) -> Trajectory:
     """Rebuild a trajectory from :func:`trajectory_to_dict` output.
 
     Raises:
-        ValueError: Unknown format version, or missing / unknown fields.
+        ValueError: Unknown format version, missing / unknown fields, or a field of the wrong type
+            (the message names the field and where in it: ``messages.2``, ``completion_ids.7``).
     """
+    if not isinstance(record, dict):
+        raise ValueError(f"a trajectory record is a JSON object, not {type(record).__name__}")
     data = dict(record)
     version = data.pop("format", None)
     if version != FORMAT_VERSION:
@@ -49,8 +85,20 @@ def trajectory_from_dict(record: dict[str, Any]) -> Trajectory:
     required = {f.name for f in dataclasses.fields(Trajectory) if f.default is dataclasses.MISSING}
     if missing & required or unknown:
         raise ValueError(f"bad trajectory record: missing {sorted(missing & required)}, unknown {sorted(unknown)}")
+    for name, value in data.items():
+        try:
+            data[name] = _SHAPES[name].validate_python(value, strict=True)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in (name, *first["loc"]) if p not in ("", "[key]"))
+            raise ValueError(f"bad trajectory record: {where}: {first['msg']} (got {_short(first['input'])})") from None
     data["turns"] = [TurnSpan(**t) for t in data.get("turns", [])]
     return Trajectory(**data)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def save_jsonl(trajs: Iterable[Trajectory], path: str | Path) -> Path:
@@ -79,4 +127,6 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
                 trajs.append(trajectory_from_dict(json.loads(line)))
             except (json.JSONDecodeError, TypeError, ValueError) as exc:
                 raise ValueError(f"{path}:{lineno}: {exc}") from exc
+            except RecursionError:
+                raise ValueError(f"{path}:{lineno}: JSON nested too deeply") from None
     return trajs
