@@ -77,8 +77,12 @@ class Args:
     (approx. KL 0.28 after the first step, the mean reward fell to 0)."""
     ppo_num_minibatches: int = 1
     """PPO's optimizer steps per pass."""
-    ppo_critic: str = "value_head"
-    """PPO's critic: ``value_head`` (on the policy's backbone) or ``separate`` (its own copy of the backbone)."""
+    ppo_critic: str = "separate"
+    """PPO's critic: ``separate`` (its own copy of the backbone) or ``value_head`` (on the policy's backbone).
+    With ``value_head`` the value loss moves the shared backbone, and Adam moves each weight by about the
+    learning rate whatever ``vf_coef`` is: over seeds 0-4 PPO collapsed on seed 4 (held-aside 0.19 -> 0.00)
+    and went all-malformed for a step on seed 3, and CI's seed 0 ended at -0.33; ``separate`` learned on
+    all five (0.73-0.86) and on the perturbed-kernel rerun (docs/algorithms.md)."""
     ppo_critic_warmup_steps: int = 0
     """PPO's first RL steps that train the critic alone (``ppo.critic_warmup_steps``)."""
     temperature: float = 0.7

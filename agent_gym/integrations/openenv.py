@@ -145,6 +145,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
     ):
         super().__init__()
         self.session = EnvSession(make_tool_env(env, **dict(env_kwargs or {})), observation_style)
+        self._closed = False
         self._state = AgentGymState(env_id=env if isinstance(env, str) else getattr(env, "__name__", "custom"))
 
     def reset(
@@ -156,6 +157,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         **kwargs: Any,
     ) -> AgentGymObservation:
         """Start an episode on ``task_index``/``task_id`` (else one drawn under ``seed``)."""
+        self._check_open()
         if kwargs:
             raise RequestError(f"unknown reset arguments {sorted(kwargs)}; use seed, episode_id, task_index, task_id")
         try:
@@ -175,6 +177,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
 
     def step(self, action: AgentGymAction, timeout_s: float | None = None, **kwargs: Any) -> AgentGymObservation:
         """Apply one action; stepping a finished episode raises a clear error."""
+        self._check_open()
         if self._state.episode_id is None:
             raise RequestError(
                 "no episode to step: send reset first. OpenEnv's HTTP /step builds a fresh env for every request, "
@@ -217,7 +220,17 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         return self._state
 
     def close(self) -> None:
+        self._closed = True
         self.session.close()
+
+    def _check_open(self) -> None:
+        # OpenEnv 0.3.0's reaper closes an idle session's env and frees its slot, but a WebSocket handler
+        # keeps its env and its socket open: without this check a client idle past the timeout would go on
+        # playing on an env outside the count, so idling then returning would slip past the cap.
+        if self._closed:
+            raise RequestError(
+                "this session was closed (idle past the server's session timeout); open a new one", status=410
+            )
 
 
 def make_app(

@@ -66,9 +66,9 @@ def test_no_flags_give_the_dataclass_defaults(relative):
 
 def test_algorithms_flags():
     bench = load("benchmarks/algorithms.py")
-    args = bench.parse_args(["--algorithms", "ppo", "--quick", "--ppo-critic", "separate", "--learning-rate", "1e-3"])
+    args = bench.parse_args(["--algorithms", "ppo", "--quick", "--ppo-critic", "value_head", "--learning-rate", "1e-3"])
     assert (args.algorithms, args.quick, args.steps, args.ppo_critic, args.learning_rate) == (
-        "ppo", True, 20, "separate", 1e-3)  # fmt: skip
+        "ppo", True, 20, "value_head", 1e-3)  # fmt: skip
     assert bench.parse_args([]).steps == 40 and bench.parse_args(["--steps", "30"]).steps == 30
     assert bench.parse_args(["--ppo-critic-warmup-steps", "3"]).ppo_critic_warmup_steps == 3
 

@@ -59,7 +59,11 @@ class PPOConfig:
     size, ``beta``, the loss and advantage masks) live in the ``rl:`` section."""
 
     critic: CriticKind = CriticKind.VALUE_HEAD
-    """``value_head``: a linear head on the policy's backbone; ``separate``: a critic with its own backbone."""
+    """``value_head``: a linear head on the policy's backbone; ``separate``: a critic with its own backbone.
+    With ``value_head`` the value loss trains the shared backbone too, and Adam moves each weight it reaches
+    by about the learning rate however small ``vf_coef`` is; at a policy learning rate that suits the policy
+    this can wreck it (the bandit toy: 1 collapse in 5 seeds with ``value_head``, none with ``separate``;
+    docs/algorithms.md). ``separate`` costs a second backbone's memory."""
     critic_model: str | None = None
     """``separate`` only: the critic backbone's initial weights - ``null`` copies the policy as RL starts
     (after SFT), or a model name or folder as ``model.name`` takes."""

@@ -74,6 +74,41 @@ def test_abandoned_sessions_are_reaped_and_free_their_slots():
         background_server("AgentR1/Calculator-v0", session_idle_timeout_s=0).__enter__()
 
 
+def test_silent_websocket_clients_are_reaped_and_cannot_play_on_past_the_cap():
+    """Eight silent WebSocket clients held every slot (issue 25.2). OpenEnv's reaper frees the slot but its
+    socket handler keeps the env, so a client that idled and came back would play outside the count."""
+    import json
+
+    from websockets.sync.client import connect
+
+    def reset(ws, task_index: int) -> dict:
+        ws.send(json.dumps({"type": "reset", "data": {"task_index": task_index}}))
+        return json.loads(ws.recv(timeout=10))
+
+    with background_server("AgentR1/Calculator-v0", max_concurrent_envs=2, session_idle_timeout_s=1.0) as url:
+        ws_url = url.replace("http", "ws", 1) + "/ws"
+        silent = [connect(ws_url) for _ in range(2)]  # open, then say nothing
+        with connect(ws_url) as third:
+            refused = json.loads(third.recv(timeout=10))
+        assert refused["data"]["code"] == "CAPACITY_REACHED" and refused["data"]["active_sessions"] == 2
+        deadline = time.monotonic() + 15  # the reaper looks every max(1 / 4, 5) s
+        while True:
+            with connect(ws_url) as newcomer:
+                try:
+                    reply = json.loads(newcomer.recv(timeout=0.5))  # a full server says so at once and closes
+                except TimeoutError:
+                    reply = reset(newcomer, 1)
+            if reply["type"] == "observation":
+                break
+            assert reply["data"]["code"] == "CAPACITY_REACHED" and time.monotonic() < deadline, reply
+            time.sleep(0.5)
+        assert reply["data"]["observation"]["task_index"] == 1
+        for ws in silent:  # the reaped clients speak again: refused, not served on an env outside the cap
+            reply = reset(ws, 0)
+            assert reply["type"] == "error" and "session was closed" in reply["data"]["message"], reply
+            ws.close()
+
+
 def test_tool_call_and_answer_actions_are_written_in_the_envs_format():
     with background_server("AgentR1/HotpotQA-v0", env_kwargs={"action_format": "tags"}) as url:
         with AgentGymClient(base_url=url).sync() as client:
