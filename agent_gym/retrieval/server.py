@@ -64,6 +64,7 @@ __all__ = [
     "build_retriever",
     "create_app",
     "main",
+    "settings_from_args",
     "to_document",
 ]
 
@@ -358,14 +359,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point (``python -m agent_gym.retrieval.server``); returns the exit status."""
-    args = _parser().parse_args(argv)
-    try:
-        import uvicorn
-    except ImportError:
-        print("the retrieval server needs the 'server' extra: pip install 'agent-r1-gym[server]'")
-        return 2
+def settings_from_args(args: argparse.Namespace) -> tuple[ServerConfig, ConnectionLimits]:
+    """The request limits and the connection limits that the parsed command line asks for."""
     config = ServerConfig(
         max_queries=args.max_queries,
         max_topk=args.max_topk,
@@ -379,6 +374,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         queue_timeout_s=args.queue_timeout,
     )
     limits = ConnectionLimits(args.header_timeout, args.body_timeout, args.keep_alive_timeout, args.max_connections)
+    return config, limits
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point (``python -m agent_gym.retrieval.server``); returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        import uvicorn
+    except ImportError:
+        print("the retrieval server needs the 'server' extra: pip install 'agent-r1-gym[server]'")
+        return 2
+    config, limits = settings_from_args(args)
     import resource
 
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

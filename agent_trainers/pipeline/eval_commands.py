@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -257,7 +258,11 @@ def run_view_command(args: argparse.Namespace) -> int:
 
         tokenizer = load_tokenizer(args.tokenizer)
     out = args.out or str(Path(args.file).with_suffix(".html"))
-    path = write_viewer(args.file, out, tokenizer=tokenizer, title=args.title)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        path = write_viewer(args.file, out, tokenizer=tokenizer, title=args.title)
+    for w in caught:  # e.g. a last line cut short, dropped: one line each, not Python's warning format
+        print(f"agent-r1 view: warning: {w.message}", file=sys.stderr)
     print(f"viewer: {path} ({path.stat().st_size / 1e6:.1f} MB)")
     return 0
 

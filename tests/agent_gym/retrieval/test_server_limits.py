@@ -13,7 +13,14 @@ from agent_gym.retrieval import BM25Retriever, Passage
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
-from agent_gym.retrieval.server import BackgroundServer, ConnectionLimits, ServerConfig, _parser, create_app
+from agent_gym.retrieval.server import (
+    BackgroundServer,
+    ConnectionLimits,
+    ServerConfig,
+    _parser,
+    create_app,
+    settings_from_args,
+)
 
 DOCS = [Passage(str(i), f"T{i}", f"passage number {i} about rivers and {'x' * 40}") for i in range(200)]
 LOCAL = BM25Retriever(DOCS)
@@ -125,6 +132,15 @@ def test_every_limit_is_a_flag() -> None:
     assert (args.max_body_bytes, args.max_allowed_ids, args.max_results, args.max_response_bytes) == (1000, 7, 50, 9000)
     assert (args.max_inflight, args.queue_timeout, args.header_timeout, args.body_timeout) == (2, 1.5, 3, 4)
     assert (args.keep_alive_timeout, args.max_connections) == (2, 64)
+    more = _parser().parse_args(["--corpus", "c.jsonl", "--max-queries", "11", "--max-topk", "12",
+                                 "--default-topk", "5", "--max-query-chars", "300"])  # fmt: skip
+    config, limits = settings_from_args(args)  # each flag reaches its own field (main builds the server so)
+    assert (config.max_body_bytes, config.max_allowed_ids, config.max_results, config.max_response_bytes) == (
+        1000, 7, 50, 9000)  # fmt: skip
+    assert (config.max_inflight, config.queue_timeout_s) == (2, 1.5)
+    assert limits == ConnectionLimits(header_timeout_s=3, body_timeout_s=4, keep_alive_timeout_s=2, max_connections=64)
+    config, _ = settings_from_args(more)
+    assert (config.max_queries, config.max_topk, config.default_topk, config.max_query_chars) == (11, 12, 5, 300)
 
 
 @pytest.mark.parametrize("bad", [{"header_timeout_s": 0}, {"body_timeout_s": float("inf")}, {"max_connections": 0}])

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -109,6 +110,13 @@ def test_report_and_view_commands(tmp_path, one_thread, capsys):
     html = page.read_text()
     assert html.count('"outcome": ') == 2 and "cdn" not in html.lower() and "http" not in html.split("<body>")[0]
     assert main(["report", str(tmp_path / "nothing")]) == 2
+    cut = tmp_path / "cut.jsonl"  # a last line cut short: dropped, told in one line on stderr
+    text = Path(f"{folders[0]}/episodes.jsonl").read_text()
+    cut.write_text(text + text.splitlines()[0][:50])
+    capsys.readouterr()
+    assert main(["view", str(cut), "-o", str(tmp_path / "cut.html"), "--tokenizer", "none"]) == 0
+    err = capsys.readouterr().err
+    assert err == f"agent-r1 view: warning: {cut}:3: the last line is not whole JSON (cut short?); dropped\n"
 
 
 def free_port() -> int:
