@@ -113,6 +113,7 @@ PPO_READS = Reads(
             "rl.num_generations",
             "rl.prompts_per_step",
             "rl.learning_rate",
+            "rl.warmup_steps",
             "rl.beta",
             "rl.loss_mask",
             "rl.advantage_mask",

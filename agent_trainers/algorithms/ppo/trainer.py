@@ -163,7 +163,8 @@ class PPOTrainer:
         agent = ActorCritic(model, self.ppo.critic, critic_backbone=self._critic_backbone(), chunk=self.ppo.logit_chunk)
         optimizer = torch.optim.AdamW(self._param_groups(agent), lr=rl.learning_rate, weight_decay=0.0)
         updates = rl.steps * self.ppo.update_epochs * self.ppo.num_minibatches
-        scheduler = get_scheduler("linear", optimizer, num_warmup_steps=0, num_training_steps=updates)
+        warmup = rl.warmup_steps * self.ppo.update_epochs * self.ppo.num_minibatches  # rl steps -> optimizer steps
+        scheduler = get_scheduler("linear", optimizer, num_warmup_steps=warmup, num_training_steps=updates)
         self.agent, self.optimizer, self.scheduler = self.accelerator.prepare(agent, optimizer, scheduler)
         self.state = TrainerState(max_steps=rl.steps, is_world_process_zero=self.accelerator.is_main_process)
         self.control = TrainerControl()

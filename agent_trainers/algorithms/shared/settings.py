@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_trainers.algorithms.shared.advantages import AdvantageMode, ScaleRewards
 from agent_trainers.policies.loader import Device, resolve_device
@@ -105,7 +105,12 @@ class RLConfig(BaseModel):
     more forward of compute). The shared prompt of ``micro_batch`` stays shared. Set for the RL stage
     whatever the SFT stage left (TRL's SFT turns it on)."""
     learning_rate: float = Field(default=1e-5, gt=0)
-    """AdamW learning rate."""
+    """AdamW's peak learning rate (decayed linearly to 0 over ``steps``)."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """RL steps over which the learning rate rises linearly from 0 to ``learning_rate`` before its
+    decay. Adam's first steps move every weight by about the learning rate whatever the gradient's size
+    (its bias correction makes the first update ``lr * sign(grad)``), so on a noisy RL gradient they are the
+    largest and least informed moves of the run; a warm-up makes them small."""
     beta: float = Field(default=0.0, ge=0)
     """KL coefficient: for ``grpo`` TRL's KL term in the loss; for ``rloo``/``reinforce_pp``/
     ``reinforce_pp_baseline`` a token-level KL penalty in the reward; for ``ppo`` where ``ppo.kl_penalty``
@@ -136,6 +141,15 @@ class RLConfig(BaseModel):
     """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
     vllm_server_url: str = "http://127.0.0.1:8000"
     """The ``trl vllm-serve`` server (``vllm: server``)."""
+
+    @model_validator(mode="after")
+    def _warmup_within_the_run(self) -> RLConfig:
+        if self.warmup_steps >= self.steps:
+            raise ValueError(
+                f"rl.warmup_steps ({self.warmup_steps}) must be below rl.steps ({self.steps}): "
+                "the learning rate would never reach its peak"
+            )
+        return self
 
     @property
     def episodes_per_step(self) -> int:
