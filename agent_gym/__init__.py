@@ -11,6 +11,7 @@ Example:
     ['AgentR1/HotpotQA-v0']
 """
 
+from agent_gym.core.context import ContextPolicy, make_context
 from agent_gym.core.env import EpisodeOverError, EpisodeState, OnNoAction, ToolEnv
 from agent_gym.core.history import History, Message, Role, ToolCall, ToolResult
 from agent_gym.core.info import ResetInfo, StepInfo, StopReason, ToolCallInfo
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActionFormat",
+    "ContextPolicy",
     "EpisodeOverError",
     "EpisodeState",
     "FunctionTool",
@@ -52,6 +54,7 @@ __all__ = [
     "ToolResult",
     "Transition",
     "list_envs",
+    "make_context",
     "register_envs",
     "tool",
 ]

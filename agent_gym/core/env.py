@@ -42,13 +42,15 @@ from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 
-from agent_gym.core.history import History, Message, ToolCall, ToolResult, render_message
+from agent_gym.core.context import ContextName, ContextPolicy, make_context, render_view
+from agent_gym.core.history import History, Message, ToolCall, ToolResult
 from agent_gym.core.info import BaseInfo, ResetInfo, StepInfo, StopReason, ToolCallInfo
 from agent_gym.core.noise import ToolNoise, coerce_noise
 from agent_gym.core.parsing import ActionFormat, ParsedAction, make_parser, not_a_string
 from agent_gym.core.rubric import Rubric, Transition
 from agent_gym.core.spaces import TextSpace
 from agent_gym.core.tool import Tool, ToolContext
+from agent_gym.core.validation import positive_int
 
 __all__ = ["EpisodeOverError", "EpisodeState", "OnNoAction", "StopReason", "ToolEnv"]
 
@@ -66,13 +68,6 @@ class OnNoAction(StrEnum):
 
 class EpisodeOverError(RuntimeError):
     """``step()`` was called before ``reset()`` or after the episode ended."""
-
-
-def positive_int(name: str, value: object) -> int:
-    """``value`` as an ``int`` if it is a positive integer (numpy integers too), else a ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int (got {value!r})")
-    return int(value)
 
 
 def _ranges(runs: Sequence[tuple[int, int]]) -> str:
@@ -137,7 +132,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             accepted: they are refused unparsed, with an error observation and
             the format penalty.
         max_observation_length: Size of the observation space (any value
-            >= 1); a longer history is shown with its middle elided, or, when
+            >= 1); a longer view is shown with its middle elided, or, when
             even that does not fit, as its last ``max_observation_length``
             characters.
         max_result_length: Tool results are clipped to this many characters.
@@ -149,12 +144,17 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             answer), as TRL's tool loop and Agent-R1's env do. Either way the
             step is scored as a malformed non-final step (format penalty, step
             cost; the outcome and answer terms stay 0).
+        context: What the agent sees next (:mod:`agent_gym.core.context`): ``"append"``
+            (default: all), ``"window"``, ``"fold"`` or a ``ContextPolicy``; the
+            observation and ``info["messages"]`` are its view of ``info["history"]``.
+        context_turns, context_digest_chars: Settings of ``"window"`` / ``"fold"``.
         render_mode: ``"ansi"`` or ``None``.
 
     Raises:
-        ValueError: A size is not a positive int, or ``action_format`` /
-            ``on_no_action`` / ``render_mode`` is unknown.
-        TypeError: ``rubric`` is not a :class:`~agent_gym.core.rubric.Rubric`.
+        ValueError: A size or context setting is not a positive int, or
+            ``action_format`` / ``on_no_action`` / ``render_mode`` / ``context``
+            is unknown, or a context setting is missing or misplaced.
+        TypeError: ``rubric`` is not a ``Rubric`` or ``context`` not a ``ContextPolicy``.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
@@ -169,6 +169,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         max_observation_length: int = 1_000_000,
         max_result_length: int = 4_000,
         on_no_action: str | OnNoAction = OnNoAction.FEEDBACK,
+        context: str | ContextPolicy = ContextName.APPEND,
+        context_turns: int | None = None,
+        context_digest_chars: int | None = None,
         render_mode: str | None = None,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -184,6 +187,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         if on_no_action not in [r.value for r in OnNoAction]:
             raise ValueError(f"on_no_action must be 'feedback' or 'end' (got {on_no_action!r})")
         self.on_no_action = OnNoAction(on_no_action)
+        self.context = make_context(context, context_turns=context_turns, context_digest_chars=context_digest_chars)
         self.rubric = rubric
         self.tool_noise = coerce_noise(tool_noise)
         self.max_result_length = positive_int("max_result_length", max_result_length)
@@ -390,7 +394,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         state = self._state
         assert state is not None
         info = StepInfo(
-            **self._info(state, new_from=first_new, reward_terms=weighted),
+            **self._info(state, new_from=first_new, terms=weighted),
             reward_raw=raw,
             tool_calls=[
                 ToolCallInfo(id=c.id, name=c.name, arguments=dict(c.arguments), ok=r.ok, content=r.content)
@@ -448,18 +452,13 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             return text[:limit]
         return f"{text[:keep]} [... {len(text) - keep} characters cut]"
 
-    def _render_observation(self) -> str:
+    def _view(self) -> list[Message]:
+        """What the agent sees next: the context policy's view of the whole history."""
         assert self._state is not None
-        text = self._state.history.render()
-        limit = self.observation_space.max_length
-        if len(text) <= limit:
-            return text
-        head = "".join(render_message(m) for m in self._state.history.messages[:2])[: limit // 4]
-        marker = f"[... {len(text)} characters of history, middle elided ...]\n"
-        tail_len = limit - len(head) - len(marker)
-        if tail_len < 1:  # too small for head + marker: the latest part of the history only
-            return text[-limit:]
-        return head + marker + text[-tail_len:]
+        return self.context.view(self._state.history.messages)
+
+    def _render_observation(self) -> str:
+        return render_view(self._view(), self.observation_space.max_length)
 
     def _episode_metrics(self, state: EpisodeState[TaskT]) -> dict[str, float]:
         metrics = {f"answer_{k}": float(v) for k, v in state.answer_scores.items()}
@@ -469,17 +468,17 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
             metrics["evidence_recall"] = state.potential
         return metrics
 
-    def _info(
-        self, state: EpisodeState[TaskT], new_from: int, reward_terms: dict[str, float] | None = None
-    ) -> BaseInfo:
+    def _info(self, state: EpisodeState[TaskT], new_from: int, terms: dict[str, float] | None = None) -> BaseInfo:
+        history, view = state.history.to_chat(), self._view()  # under append the view is the history: convert once
         return BaseInfo(
             task_id=self.task_id(state.task),
             task_index=state.task_index,
             turn=state.turn,
             stop_reason=None,
-            messages=state.history.to_chat(),
+            messages=list(history) if view == state.history.messages else [m.to_chat() for m in view],
+            history=history,
             new_messages=[m.to_chat() for m in state.history.messages[new_from:]],
-            reward_terms={} if reward_terms is None else reward_terms,
+            reward_terms={} if terms is None else terms,
             evidence_found=len(state.found & state.evidence),
             evidence_total=len(state.evidence),
         )

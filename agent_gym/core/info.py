@@ -78,8 +78,15 @@ class BaseInfo(TypedDict):
         task_index: The task's index in the env's task list.
         turn: Steps taken so far (0 at reset).
         stop_reason: Why the episode ended; ``None`` while it runs.
-        messages: The whole history as chat messages (the MDP state).
-        new_messages: The messages this call added (at reset: all of them).
+        messages: What the agent sees next, as chat messages: the env's
+            context policy's view of the history (under the default
+            ``"append"``, the whole history; see :mod:`agent_gym.core.context`).
+        history: The whole history as chat messages (the recorded MDP state),
+            whatever the context policy.
+        new_messages: The messages this call appended to the whole history
+            (at reset: all of them), so ``history`` ends with them. Not the
+            change of ``messages``: under ``"window"`` or ``"fold"`` the view
+            also loses or folds older turns.
         reward_terms: The weighted reward terms of the step, summing to its
             reward; empty at reset.
         evidence_found: Gold evidence items revealed so far.
@@ -91,6 +98,7 @@ class BaseInfo(TypedDict):
     turn: int
     stop_reason: StopReason | None
     messages: list[ChatMessage]
+    history: list[ChatMessage]
     new_messages: list[ChatMessage]
     reward_terms: dict[str, float]
     evidence_found: int

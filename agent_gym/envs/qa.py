@@ -42,10 +42,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agent_gym.core.env import EpisodeState, ToolEnv, positive_int
+from agent_gym.core.env import EpisodeState, ToolEnv
 from agent_gym.core.history import Role, ToolCall, ToolResult
 from agent_gym.core.noise import ToolNoise
 from agent_gym.core.tool import Tool
+from agent_gym.core.validation import positive_int
 from agent_gym.datasets import QATask, Source, Split, embedded_path, load_qa, score_answer, select_split
 from agent_gym.retrieval import BM25Retriever, Passage, RemoteRetriever, dedupe_passages, load_corpus
 from agent_gym.rewards import make_rubric

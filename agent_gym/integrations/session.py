@@ -33,6 +33,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.core.context import require_append
 from agent_gym.core.env import ToolEnv
 
 __all__ = [
@@ -147,6 +148,7 @@ class EnvSession:
         base = getattr(env, "unwrapped", None)
         if not isinstance(base, ToolEnv):
             raise TypeError(f"EnvSession needs a ToolEnv (wrapped or not), got {type(env).__name__}")
+        require_append(base.context, "EnvSession (the verifiers, SkyRL and OpenEnv adapters)")
         self.env = env
         self.base: ToolEnv[Any] = base
         self.observation_style = ObservationStyle(observation_style)

@@ -19,6 +19,9 @@ Two families:
   :func:`play_episode` plays a whole episode with them and labels its
   coverage with :func:`hypothesis.event` / :func:`hypothesis.target`.
 
+And :func:`histories`: episode histories shaped like a ToolEnv's, for testing
+context policies (:func:`agent_gym.testing.check_context_policy`).
+
 Example:
     >>> from hypothesis import given, strategies as st
     >>> from agent_gym.testing.strategies import actions, play_episode
@@ -49,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
     raise ImportError("agent_gym.testing.strategies needs hypothesis: pip install 'agent-r1-gym[test]'") from exc
 
 from agent_gym.core.env import ToolEnv
-from agent_gym.core.history import Role
+from agent_gym.core.history import Message, Role, ToolCall, ToolResult
 from agent_gym.core.tool import Tool
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "EpisodeCoverage",
     "actions",
     "deep_json_actions",
+    "histories",
     "hostile_actions",
     "huge_number_actions",
     "json_values",
@@ -440,3 +444,33 @@ def play_episode(
             break
     cov.label()
     return cov
+
+
+# ----------------------------------------------------------------------------- histories
+@st.composite
+def _turn(draw: st.DrawFn, number: int, text: st.SearchStrategy[str]) -> list[Message]:
+    """Turn ``number``: an assistant message with 0-2 calls, their results, and sometimes a format-error note."""
+    calls = tuple(
+        ToolCall(draw(st.sampled_from(["search", "lookup"])), {"query": draw(text)}, id=f"call_{number}_{i}")
+        for i in range(draw(st.integers(0, 2)))
+    )
+    turn = [Message.assistant(draw(text), calls)]
+    turn += [Message.tool(call, ToolResult(draw(text), ok=draw(st.booleans()))) for call in calls]
+    if draw(st.booleans()):
+        turn.append(Message.user(f"Format error: {draw(text)}"))
+    return turn
+
+
+@st.composite
+def histories(draw: st.DrawFn, max_turns: int = 8, max_text: int = 200) -> list[Message]:
+    """Histories shaped like a ToolEnv's: 1-2 system messages and a question, then 0-``max_turns`` turns.
+
+    A turn is an assistant message with 0-2 calls, one tool message per call,
+    and sometimes a format-error user message. Texts are arbitrary (empty,
+    multi-line, any whitespace) or drawn from a few words, so equal messages
+    and whole equal turns occur.
+    """
+    text = st.text(max_size=max_text) | st.sampled_from(["", "x", "same answer"])
+    task = [Message.system(draw(text)) for _ in range(draw(st.integers(1, 2)))] + [Message.user(draw(text))]
+    turns = [draw(_turn(n, text)) for n in range(1, draw(st.integers(0, max_turns)) + 1)]
+    return task + [m for turn in turns for m in turn]

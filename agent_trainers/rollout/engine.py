@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
+from agent_gym.core.context import require_append
 from agent_gym.core.info import ResetInfo, StepInfo
 from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPolicy, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
@@ -265,11 +266,13 @@ def _make_episodes(
     make_env: Callable[..., Any],
 ) -> list[_Episode]:
     make_kwargs = dict(kwargs) | ({"max_episode_steps": cfg.max_turns} if cfg.max_turns is not None else {})
+    require_append(kwargs.get("context", "append"), "the rollout engine")  # also for envs in Ray actors
     episodes = []
     for p, index in enumerate(task_indices):
         for g in range(group_size):
             ep_seed = seed + p if cfg.same_noise_in_group else seed + p * group_size + g
             env = make_env(env_id, **make_kwargs)
+            require_append(getattr(getattr(env, "unwrapped", None), "context", "append"), "the rollout engine")
             traj = Trajectory(env_id, dict(kwargs), ep_seed, "", int(index), p)
             _obs, info = env.reset(seed=ep_seed, options={"task_index": int(index)})
             traj.tools = list(info["tools"]) if cfg.render_tools else []

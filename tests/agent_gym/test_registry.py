@@ -22,9 +22,14 @@ def test_registry_lists_every_row_with_a_description():
         assert gym.registry[entry.id].max_episode_steps == entry.max_episode_steps
 
 
+CONTEXTS = [{}, {"context": "window", "context_turns": 1}, {"context": "window", "context_turns": 2}]
+CONTEXTS += [{"context": "fold", "context_turns": 1}]
+
+
+@pytest.mark.parametrize("context", CONTEXTS, ids=lambda c: "-".join(map(str, c.values())) or "append")
 @pytest.mark.parametrize("env_id", IDS)
-def test_check_text_env_every_registered_id(env_id):
-    env = gym.make(env_id)
+def test_check_text_env_every_registered_id(env_id, context):
+    env = gym.make(env_id, **context)
     check_text_env(env)
     obs, info = env.reset(seed=0)
     assert env.observation_space.contains(obs) and info["messages"][0]["role"] == "system"

@@ -11,9 +11,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from agent_gym.core.context import Append, split_turns
 from agent_gym.core.env import ToolEnv
+from agent_gym.core.history import Message, ToolCall, ToolResult
 from agent_gym.envs import _STOP_REASON
-from agent_gym.testing import check_copies, check_text_env
+from agent_gym.testing import check_context_policy, check_copies, check_text_env
 from tests.conftest import LookupEnv, LookupTool
 
 
@@ -152,3 +154,150 @@ def test_check_copies_catches_a_copy_that_diverges():
         check_copies(ReseedOnCopy(tool_noise={"failure_prob": 0.5}), seed=4)
     with pytest.raises(AssertionError, match="made before step 1: step 1 differs"):
         check_copies(LosesWeights(), seed=4)
+
+
+# ---------------------------------------------------------------------------- context policies
+class DropsTheTask:
+    """Shows the turns only: the agent never sees its question again."""
+
+    name = "drops_the_task"
+
+    def view(self, history):
+        task, turns = split_turns(history)
+        return [m for turn in turns for m in turn] if turns else list(history)
+
+
+class ShowsNothing:
+    """An empty view."""
+
+    name = "shows_nothing"
+
+    def view(self, history):
+        return []
+
+
+class ReplacesTheQuestion:
+    """Keeps the system prompt, but swaps the question for a summary of its own."""
+
+    name = "replaces_the_question"
+
+    def view(self, history):
+        return [history[0], Message.user("Summary: a question about a country."), *history[2:]]
+
+
+class InventsAnAnswer:
+    """Adds an assistant turn the agent never wrote."""
+
+    name = "invents_an_answer"
+
+    def view(self, history):
+        return [*history, Message.assistant("<answer>Paris</answer>")]
+
+
+class ReversesTheTurns:
+    """Every message is from the history, but the turns come newest first."""
+
+    name = "reverses_the_turns"
+
+    def view(self, history):
+        task, turns = split_turns(history)
+        return [*task, *(m for turn in reversed(turns) for m in turn)]
+
+
+class DropsTheLatest:
+    """Hides the result the agent must react to."""
+
+    name = "drops_the_latest"
+
+    def view(self, history):
+        return list(history[:-1]) if split_turns(history)[1] else list(history)
+
+
+class Forgetful:
+    """Drops the last message of the list it is given, in place."""
+
+    name = "forgetful"
+
+    def view(self, history):
+        history.pop()
+        return list(history)
+
+
+class Moody:
+    """Keeps one or two turns, at random."""
+
+    name = "moody"
+    rng = random.Random(0)
+
+    def view(self, history):
+        task, turns = split_turns(history)
+        return [*task, *(m for turn in turns[-self.rng.choice([1, 2]) :] for m in turn)]
+
+
+_CALL = ToolCall("lookup", {"country": "Peru"}, id="call_1_0")
+_HISTORY = [
+    Message.system("Use tools."),
+    Message.user("What is the capital of Peru?"),
+    Message.assistant("<tool_call>lookup Peru</tool_call>", (_CALL,)),
+    Message.tool(_CALL, ToolResult("The capital of Peru is Lima.")),
+    Message.assistant("I think"),
+    Message.user("Format error: no answer."),
+]
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (DropsTheTask(), r"'drops_the_task', history 0: the view must start with the task .* view\[0\] is \(assistant"),
+        (ShowsNothing(), r"'shows_nothing', history 0: the view has 0 messages, fewer than the task's 2: it drops"),
+        (ReplacesTheQuestion(), r"view\[1\] is \(user: 'Summary: a question about a country.'\)"),
+        (InventsAnAnswer(), r"view\[6\] \(assistant: '<answer>Paris</answer>'\) is not a message of the history"),
+        (ReversesTheTurns(), r"view\[4\] \(assistant: '<tool_call>lookup Peru.*never invent or reorder them"),
+        (DropsTheLatest(), r"must end with the history's last message \(user: 'Format error: no answer.'\)"),
+        (Forgetful(), r"'forgetful', history 0: view\(\) must leave the history as it was"),
+    ],
+    ids=lambda x: x.name if hasattr(x, "name") else "",
+)
+def test_check_context_policy_names_each_broken_rule(policy, message):
+    with pytest.raises(AssertionError, match=message):
+        check_context_policy(policy, [list(_HISTORY)])
+
+
+def test_check_context_policy_catches_an_undeterministic_policy_and_bad_input():
+    with pytest.raises(AssertionError, match="view\\(\\) must be deterministic"):
+        check_context_policy(Moody(), [list(_HISTORY)] * 20)
+    with pytest.raises(AssertionError, match="a context policy needs a name and a view"):
+        check_context_policy(lambda history: history, [_HISTORY])
+    with pytest.raises(ValueError, match="at least one history"):
+        check_context_policy(Append(), [])
+    with pytest.raises(ValueError, match="history 1 starts with an assistant message"):
+        check_context_policy(Append(), [_HISTORY, _HISTORY[2:]])
+    check_context_policy(Append(), [_HISTORY, _HISTORY[:2]])
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (DropsTheTask(), r"seed 0, step 1: the view must start with the task .* view\[0\] is \(assistant: '<tool"),
+        (InventsAnAnswer(), r"seed 0, reset: view\[2\] \(assistant: '<answer>Paris</answer>'\) is not a message"),
+        (DropsTheLatest(), r"seed 0, step 1: the view must end with the history's last message"),
+    ],
+    ids=lambda x: x.name if hasattr(x, "name") else "",
+)
+def test_check_text_env_rejects_an_env_with_a_broken_policy(policy, message):
+    with pytest.raises(AssertionError, match=message):
+        check_text_env(LookupEnv(context=policy), skip_gymnasium_checker=True)
+
+
+class NewMessagesOfTheView(LookupEnv):
+    """``new_messages`` computed as the view's last message: a step appends two or three."""
+
+    def _observe(self, *args):
+        obs, reward, terminated, truncated, info = super()._observe(*args)
+        info["new_messages"] = info["messages"][-1:]
+        return obs, reward, terminated, truncated, info
+
+
+def test_check_text_env_rejects_new_messages_that_are_not_the_appended_ones():
+    with pytest.raises(AssertionError, match=r"seed 0, step 1: info\['history'\] must be the previous history follo"):
+        check_text_env(NewMessagesOfTheView(), skip_gymnasium_checker=True)

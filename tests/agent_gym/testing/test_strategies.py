@@ -7,10 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_gym.core.history import Role
 from agent_gym.core.scanning import json_depth
 from agent_gym.testing.strategies import (
     MIB,
     deep_json_actions,
+    histories,
     huge_number_actions,
     megabyte_actions,
     mixed_call_actions,
@@ -120,3 +122,20 @@ def test_drawn_episodes_pass_check_step_and_report_coverage(name, data):
     env = _made.setdefault(name, _ENVS[name]())
     coverage = play_episode(data, env)
     assert coverage.steps >= 1
+
+
+@given(histories(max_turns=5))
+def test_histories_are_shaped_like_a_tool_envs(history):
+    roles = [m.role for m in history]
+    systems = roles.index(Role.USER)
+    assert 1 <= systems <= 2 and set(roles[:systems]) == {Role.SYSTEM}
+    assert roles[systems + 1 :].count(Role.ASSISTANT) <= 5
+    assert roles[systems + 1 : systems + 2] in ([], [Role.ASSISTANT])  # the question, then a turn or the end
+    calls = {}
+    for message in history[systems + 1 :]:
+        if message.role is Role.ASSISTANT:
+            calls = {c.id: c.name for c in message.tool_calls}
+        elif message.role is Role.TOOL:
+            assert calls.pop(message.tool_call_id) == message.name  # each result answers a call of its turn, once
+        else:
+            assert message.role is Role.USER and message.content.startswith("Format error: ") and not calls
