@@ -2,7 +2,7 @@
 
 * :mod:`.shared` - what every algorithm shares: the RL settings (:class:`RLConfig` and its enums),
   trajectories -> tensors, the advantage estimator registry (:class:`Algorithm`, :class:`AdvantageMode`;
-  outcome- and turn-level, and where step-level estimators go), the one chunked log-prob engine,
+  outcome- and turn-level, and GiGPO's step level over anchor states), the one chunked log-prob engine,
   the training rollouts (:class:`EnvRollouts`), exact resume;
 * :mod:`.trl_adapter` - TRL's ``GRPOTrainer`` with our rollouts and advantages (:class:`AgentGRPOTrainer`,
   :class:`EnvRolloutFunc`, :func:`env_reward`, :func:`make_grpo_config`), vLLM, ``environment_factory``;
@@ -28,6 +28,7 @@ _LAZY = {
     "EnvRollouts": "shared.rollouts",
     "episode_metrics": "shared.rollouts",
     "grpo_dataset_rows": "shared.rollouts",
+    "AnchorState": "shared.tensors",
     "RewardBatch": "shared.tensors",
     "reward_batch": "shared.tensors",
     "discounted_returns": "shared.tensors",

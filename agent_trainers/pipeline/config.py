@@ -2,7 +2,7 @@
 
 Example (``configs/tiny.yaml``, abridged)::
 
-    algorithm: grpo            # grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo
+    algorithm: grpo            # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gigpo | ppo
     device: auto               # auto (a GPU when present) | cpu | cuda
     report_to: none            # none | tensorboard | wandb
     model: {name: tiny-random} # smollm2 | tiny-random | a checkpoint folder | a Hugging Face id
@@ -34,7 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_trainers.algorithms.ppo.config import PPO_READS, PPOConfig, check_ppo_settings
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, GIGPO_HINTS, Algorithm
 from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, bf16_enabled, changed_settings
 from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
 from agent_trainers.policies.loader import Device
@@ -63,12 +63,13 @@ class _Section(BaseModel):
 
 TRAINER_READS: dict[Algorithm, Reads] = {
     **{Algorithm(name): trl_reads(name) for name in ESTIMATORS},  # every estimator trains through TRL
-    Algorithm.PPO: PPO_READS,
+    Algorithm.PPO: PPO_READS.with_hints(GIGPO_HINTS),
 }
 """What the RL trainer of each algorithm reads of the RL settings (``rl.*`` and ``report_to``): each trainer
 declares it in its own room. A setting set away from its default that the algorithm's trainer does not read
-is refused. The ``ppo:`` section, named after the one algorithm that reads it, is left alone under the others,
-so that one config can serve every algorithm (``--set algorithm=...``)."""
+is refused; ``gigpo``'s ``rl.gigpo_*`` settings carry one hint under every other algorithm (``GIGPO_HINTS``,
+given to ``ppo`` here). The ``ppo:`` section, named after the one algorithm that reads it, is left alone under
+the others, so that one config can serve every algorithm (``--set algorithm=...``)."""
 
 
 class ModelConfig(_Section):
@@ -141,7 +142,7 @@ class TrainConfig(_Section):
     output_dir: str = "runs/agent-r1"
     """Metrics (JSONL), plots, checkpoints and the final model go here."""
     algorithm: Algorithm = Algorithm.GRPO
-    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline`` or ``ppo``."""
+    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``, ``gigpo`` or ``ppo``."""
     device: Device = Device.AUTO
     """``auto`` (a CUDA GPU when present, else the CPU), ``cpu`` or ``cuda``."""
     bf16: bool | None = None

@@ -281,6 +281,8 @@ def run_trl_rl_stage(state: RunState) -> None:
         algorithm=c.algorithm,
         advantage=r.advantage,
         gamma=r.gamma,
+        gigpo_step_weight=r.gigpo_step_weight,
+        gigpo_anchor=r.gigpo_anchor,
     )
     trainer.add_callback(_RLCallback(state, trainer))
     trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written

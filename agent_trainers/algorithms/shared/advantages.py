@@ -1,4 +1,4 @@
-"""Advantage estimators behind one registry: GRPO, RLOO, REINFORCE++, REINFORCE++-baseline.
+"""Advantage estimators behind one registry: GRPO, RLOO, REINFORCE++, REINFORCE++-baseline, GiGPO.
 
 Every estimator starts from the same per-token rewards
 (:mod:`agent_trainers.algorithms.shared.tensors`): each turn's env reward - process
@@ -33,23 +33,38 @@ sample standard deviation, Bessel-corrected, as in TRL; ``eps = 1e-4``):
   tokens of the batch* (global batch normalisation, no group baseline; turn
   mode keeps the published global normalisation of returns-to-go);
 * ``reinforce_pp_baseline``: ``x - mean_group R`` (the group mean of episode
-  returns; per step in turn mode), then the same global token-level normalisation.
+  returns; per step in turn mode), then the same global token-level normalisation;
+* ``gigpo`` (Feng et al., 2025, "Group-in-Group Policy Optimization"):
+  ``A = A_episode + omega * A_step`` (``omega`` is ``step_weight``). ``A_episode``
+  is ``grpo``'s outcome advantage of the rollout, in either mode. ``A_step`` judges
+  a turn against the turns of its group taken from the same *anchor state*
+  (``batch.turn_states``: identical token ids, see
+  :class:`~agent_trainers.algorithms.shared.tensors.AnchorState`), across the
+  group's rollouts and within one (a state a rollout revisits counts once per
+  visit): ``(x - mean) / (std + eps)`` over that anchor group's turn values ``x``,
+  each valued at its turn's first token - in turn mode (the paper's) the
+  discounted return from that turn on, ``G[b, t]``; in outcome mode the episode
+  return ``R[b]``. ``scale`` as for ``grpo``: ``group`` divides by the anchor
+  group's std + eps, ``batch`` by the std of every turn value of the batch + eps,
+  ``none`` by 1. A turn whose state no other turn of its group was taken from gets
+  ``A_step = 0``. Turn 0 is taken from the prompt, which the whole group shares, so
+  with ``scale="group"`` its ``A_step`` equals ``A_episode``.
 
-KL: ``grpo`` keeps TRL's KL term in the loss (``beta`` there). The three
+KL: ``grpo`` and ``gigpo`` keep TRL's KL term in the loss (``beta`` there). The three
 REINFORCE-family estimators put it in the reward instead, per token:
 ``KL_t = log pi_old(a_t) - log pi_ref(a_t)`` from the rollout's sampling
 log-probs and the frozen reference (the adapter computes it when ``beta > 0``).
 
 Values on env tokens follow the same rules (their return is what follows
-them; in GRPO's turn mode a turn's env tokens share its advantage, as a step
-whose rewards are all equal has std 0); they matter only when the loss mask is
-switched off. Padding gets 0.
+them; in GRPO's turn mode and in GiGPO's step advantage a turn's env tokens
+share its advantage, as a step whose rewards are all equal has std 0); they
+matter only when the loss mask is switched off. Padding gets 0.
 Adding an estimator is one function decorated with :func:`register`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -57,7 +72,18 @@ import torch
 
 from agent_trainers.algorithms.shared.tensors import RewardBatch, discounted_returns
 
-__all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "Estimator", "ScaleRewards", "compute_advantages", "register"]
+__all__ = [
+    "ESTIMATORS",
+    "GIGPO_HINTS",
+    "GIGPO_READS",
+    "GROUP_BASELINE_READS",
+    "AdvantageMode",
+    "Algorithm",
+    "Estimator",
+    "ScaleRewards",
+    "compute_advantages",
+    "register",
+]
 
 EPS = 1e-4
 
@@ -73,15 +99,18 @@ class Algorithm(StrEnum):
     """REINFORCE++: global batch normalisation; token-level KL in the reward."""
     REINFORCE_PP_BASELINE = "reinforce_pp_baseline"
     """REINFORCE++-baseline: group-mean baseline, then global batch normalisation."""
+    GIGPO = "gigpo"
+    """GiGPO: GRPO's episode advantage plus a step advantage over turns taken from the same (anchor) state."""
     PPO = "ppo"
     """PPO: a critic, GAE over agent tokens (its own trainer, :mod:`agent_trainers.algorithms.ppo`)."""
 
 
 class ScaleRewards(StrEnum):
-    """How ``grpo`` scales centred values (TRL's ``scale_rewards``)."""
+    """How ``grpo`` and ``gigpo`` scale centred values (TRL's ``scale_rewards``)."""
 
     GROUP = "group"
-    """By the std of the group's units (outcome: its rollouts; turn: the step's turn values)."""
+    """By the std of the group's units (outcome: its rollouts; turn: the step's turn values; gigpo's step
+    advantage: the anchor group's turn values)."""
     BATCH = "batch"
     """By the std of every unit of the batch."""
     NONE = "none"
@@ -104,6 +133,8 @@ class Options:
     mode: AdvantageMode
     scale: ScaleRewards
     eps: float
+    step_weight: float = 1.0
+    """``gigpo``'s omega: the weight of its step-level (anchor-state) advantage."""
 
 
 EstimatorFn = Callable[[torch.Tensor, torch.Tensor, RewardBatch, Options], torch.Tensor]
@@ -130,10 +161,16 @@ class Estimator:
 
 
 ESTIMATORS: dict[str, Estimator] = {}
+"""The registry: algorithm name -> :class:`Estimator`."""
 
 GROUP_BASELINE_READS = frozenset({"rl.dynamic_sampling", "rl.dynamic_sampling_tries"})
 """Settings of the estimators with a group baseline: a group whose returns all tie gives them no signal."""
-"""The registry: algorithm name -> :class:`Estimator`."""
+
+GIGPO_READS = frozenset({"rl.gigpo_step_weight", "rl.gigpo_anchor"})
+"""Settings only ``gigpo`` reads: the weight of its step advantage and what names an anchor state."""
+
+GIGPO_HINTS = {key: "only gigpo has a step advantage over anchor states" for key in sorted(GIGPO_READS)}
+"""What the refusal of a :data:`GIGPO_READS` setting says under another algorithm (``Reads.instead``)."""
 
 
 def register(
@@ -160,47 +197,81 @@ def _whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tenso
     return (values - picked.mean()) / (_std(picked) + eps)
 
 
-def _steps(values: torch.Tensor, batch: RewardBatch, start: int, g: int) -> dict[int, dict[int, torch.Tensor]]:
-    """Turn ``k`` -> {row: value of its turn ``k`` at the turn's first token} over rows ``start .. start + g - 1``."""
-    steps: dict[int, dict[int, torch.Tensor]] = {}
+TurnKey = Callable[[int, int], Hashable]
+"""``key(row, turn)``: what a turn is compared by; the turns of a group with equal keys are compared together."""
+
+Unit = tuple[int, int, torch.Tensor]
+"""One turn as a unit of comparison: ``(row, turn, its value at the turn's first token)``."""
+
+
+def _by_turn_index(row: int, turn: int) -> Hashable:
+    return turn
+
+
+def _units(values: torch.Tensor, batch: RewardBatch, start: int, g: int, key: TurnKey) -> dict[Hashable, list[Unit]]:
+    """Key -> the units of rows ``start .. start + g - 1`` with that key, in row order."""
+    units: dict[Hashable, list[Unit]] = {}
     for b in range(start, start + g):
         for k, first in enumerate(batch.turn_starts[b]):
-            steps.setdefault(k, {})[b] = values[b, first]
-    return steps
+            units.setdefault(key(b, k), []).append((b, k, values[b, first]))
+    return units
 
 
 def _step_baselines(
-    values: torch.Tensor, batch: RewardBatch, *, leave_one_out: bool, scale: ScaleRewards, eps: float
+    values: torch.Tensor,
+    batch: RewardBatch,
+    *,
+    leave_one_out: bool,
+    scale: ScaleRewards,
+    eps: float,
+    key: TurnKey = _by_turn_index,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token baseline, divisor and turn value of turn mode: each turn ``k`` against the group's turn ``k``.
+    """Per-token baseline, divisor and turn value: each turn against the turns of its group with the same ``key``.
+
+    ``key`` is the turn index by default (turn mode: turn ``k`` against the
+    group's turn ``k``); GiGPO's is the state the turn was taken from, which a
+    rollout may revisit (several units of one row under one key).
 
     Returns ``(baseline, divisor, turn_value)``, all ``(B, T)``; ``turn_value``
     is the value of a token's turn at its first token (model and env tokens of
-    the turn alike). Tokens of a turn no other group member reached keep
-    ``baseline = turn_value = value`` (advantage 0). ``scale``: ``group``
-    divides by the step's std + eps, ``batch`` by the std of every unit of the
-    batch + eps, ``none`` by 1.
+    the turn alike). Tokens of a turn that no other turn of its group shares a
+    key with keep ``baseline = turn_value = value`` (advantage 0). ``scale``:
+    ``group`` divides by the std of the key's units + eps, ``batch`` by the std
+    of every unit of the batch + eps, ``none`` by 1.
     """
     g, n = batch.group_size, values.shape[0]
     baseline, divisor, turn_value = values.clone(), torch.ones_like(values), values.clone()
-    groups = [_steps(values, batch, start, g) for start in range(0, n, g)]
+    groups = [_units(values, batch, start, g, key) for start in range(0, n, g)]
     batch_std = None
-    if scale is ScaleRewards.BATCH:  # the std of every unit of the batch, shared by all steps
-        units = [v for steps in groups for step in steps.values() for v in step.values()]
+    if scale is ScaleRewards.BATCH:  # the std of every unit of the batch, shared by all comparisons
+        units = [v for compared in groups for members in compared.values() for _, _, v in members]
         batch_std = _std(torch.stack(units)) + eps if units else None
-    for steps in groups:
-        for k, step in steps.items():
-            if len(step) < 2:
+    for compared in groups:
+        for members in compared.values():
+            if len(members) < 2:
                 continue
-            pooled = torch.stack(list(step.values()))
+            pooled = torch.stack([v for _, _, v in members])
             std = (
                 _std(pooled) + eps if scale is ScaleRewards.GROUP else batch_std if scale is ScaleRewards.BATCH else 1.0
             )
-            for b, v in step.items():
+            for b, k, v in members:
                 tokens = batch.turn_index[b] == k
-                mean = (pooled.sum() - v) / (len(step) - 1) if leave_one_out else pooled.mean()
+                mean = (pooled.sum() - v) / (len(members) - 1) if leave_one_out else pooled.mean()
                 baseline[b, tokens], divisor[b, tokens], turn_value[b, tokens] = mean, std, v
     return baseline, divisor, turn_value
+
+
+def _group_outcome(returns: torch.Tensor, g: int, scale: ScaleRewards, eps: float) -> torch.Tensor:
+    """GRPO's outcome advantage ``(B,)``: each episode return centred by its group's mean, scaled per ``scale``."""
+    grouped = returns.view(-1, g)
+    centred = returns - grouped.mean(dim=1).repeat_interleave(g)
+    if scale is ScaleRewards.NONE:
+        return centred
+    if scale is ScaleRewards.GROUP:
+        stds = torch.stack([_std(row) for row in grouped]).repeat_interleave(g)
+    else:
+        stds = _std(returns).expand(returns.shape[0])
+    return centred / (stds + eps)
 
 
 @register(Algorithm.GRPO, kl_in_reward=False, reads=frozenset({"rl.scale_rewards"}) | GROUP_BASELINE_READS)
@@ -211,15 +282,7 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
             values, batch, leave_one_out=False, scale=opts.scale, eps=opts.eps
         )
         return (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
-    grouped = returns.view(-1, batch.group_size)
-    centred = values - grouped.mean(dim=1).repeat_interleave(batch.group_size)[:, None]
-    if opts.scale is ScaleRewards.NONE:
-        return centred
-    if opts.scale is ScaleRewards.GROUP:
-        stds = torch.stack([_std(row) for row in grouped]).repeat_interleave(batch.group_size)
-    else:
-        stds = _std(returns).expand(returns.shape[0])
-    return centred / (stds[:, None] + opts.eps)
+    return _group_outcome(returns, batch.group_size, opts.scale, opts.eps)[:, None].expand_as(values)
 
 
 @register(Algorithm.RLOO, kl_in_reward=True, min_group_size=2, reads=GROUP_BASELINE_READS)
@@ -252,6 +315,20 @@ def reinforce_pp_baseline(
     return _whiten(values - group_mean[:, None], batch.model_mask, opts.eps)
 
 
+@register(
+    Algorithm.GIGPO,
+    kl_in_reward=False,
+    reads=frozenset({"rl.scale_rewards"}) | GIGPO_READS | GROUP_BASELINE_READS,
+)
+def gigpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
+    """Group-in-group: the episode's GRPO outcome advantage plus ``step_weight`` times its turn's anchor-state one."""
+    episode = _group_outcome(returns, batch.group_size, opts.scale, opts.eps)[:, None]
+    baseline, divisor, turn_value = _step_baselines(
+        values, batch, leave_one_out=False, scale=opts.scale, eps=opts.eps, key=lambda b, k: batch.turn_states[b][k]
+    )
+    return episode + opts.step_weight * (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
+
+
 def compute_advantages(
     batch: RewardBatch,
     algorithm: Algorithm | str,
@@ -262,22 +339,24 @@ def compute_advantages(
     kl: torch.Tensor | None = None,
     scale: ScaleRewards | str = ScaleRewards.GROUP,
     eps: float = EPS,
+    step_weight: float = 1.0,
 ) -> torch.Tensor:
     """Per-token advantages ``(B, T)`` of a batch (see the module docstring).
 
     Args:
         batch: From :func:`~agent_trainers.algorithms.shared.tensors.reward_batch`.
         algorithm: A registered estimator name (an :class:`Algorithm`).
-        mode: ``outcome`` or ``turn``.
+        mode: ``outcome`` or ``turn`` (for ``gigpo``, the value of its step units; ``turn`` is the paper's).
         gamma: Per-turn discount in (0, 1].
         kl_coef: ``beta`` of the KL penalty in the reward (estimators with ``kl_in_reward`` only).
         kl: ``(B, T)`` per-token KL estimates; required when ``kl_coef > 0`` for such estimators.
-        scale: GRPO's std scaling, a :class:`ScaleRewards` (TRL's ``scale_rewards``).
+        scale: GRPO's (and GiGPO's) std scaling, a :class:`ScaleRewards` (TRL's ``scale_rewards``).
         eps: Added to standard deviations.
+        step_weight: ``gigpo``'s omega, the weight of its step-level advantage (>= 0; 0 gives GRPO's outcome).
 
     Raises:
         KeyError: Unknown algorithm (the message lists the registered ones).
-        ValueError: Bad ``gamma``/``scale``, a group too small, or a missing ``kl``.
+        ValueError: Bad ``gamma``/``scale``/``step_weight``, a group too small, or a missing ``kl``.
     """
     name = str(algorithm)
     if name not in ESTIMATORS:
@@ -287,6 +366,8 @@ def compute_advantages(
         raise ValueError(f"gamma must be in (0, 1] (got {gamma})")
     if scale not in set(ScaleRewards):
         raise ValueError(f"scale must be 'group', 'batch' or 'none' (got {scale!r})")
+    if not step_weight >= 0.0:
+        raise ValueError(f"step_weight must be >= 0 (got {step_weight})")
     if batch.group_size < est.min_group_size:
         raise ValueError(f"{name} needs groups of at least {est.min_group_size} rollouts (got {batch.group_size})")
     rewards = batch.token_rewards
@@ -296,6 +377,6 @@ def compute_advantages(
         rewards = rewards - kl_coef * kl * batch.model_mask
     returns_to_go = discounted_returns(rewards, batch.turn_index, gamma)
     returns = returns_to_go[:, 0] if returns_to_go.shape[1] else rewards.new_zeros(rewards.shape[0])
-    opts = Options(mode=AdvantageMode(mode), scale=ScaleRewards(scale), eps=eps)
+    opts = Options(mode=AdvantageMode(mode), scale=ScaleRewards(scale), eps=eps, step_weight=float(step_weight))
     values = returns_to_go if opts.mode is AdvantageMode.TURN else returns[:, None].expand_as(returns_to_go)
     return est.fn(values, returns, batch, opts) * batch.valid

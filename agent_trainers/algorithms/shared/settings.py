@@ -31,9 +31,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_trainers.algorithms.shared.advantages import AdvantageMode, ScaleRewards
+from agent_trainers.algorithms.shared.tensors import AnchorState
 from agent_trainers.policies.loader import Device, resolve_device
 
 __all__ = [
+    "AnchorState",
     "LossType",
     "RLConfig",
     "Reads",
@@ -112,17 +114,20 @@ class RLConfig(BaseModel):
     (its bias correction makes the first update ``lr * sign(grad)``), so on a noisy RL gradient they are the
     largest and least informed moves of the run; a warm-up makes them small."""
     beta: float = Field(default=0.0, ge=0)
-    """KL coefficient: for ``grpo`` TRL's KL term in the loss; for ``rloo``/``reinforce_pp``/
+    """KL coefficient: for ``grpo`` and ``gigpo`` TRL's KL term in the loss; for ``rloo``/``reinforce_pp``/
     ``reinforce_pp_baseline`` a token-level KL penalty in the reward; for ``ppo`` where ``ppo.kl_penalty``
     says (0: no reference model)."""
     loss_type: LossType = LossType.DAPO
     """TRL's loss aggregation."""
     advantage: AdvantageMode = AdvantageMode.TURN
-    """``outcome`` (one value per rollout) or ``turn`` (per-turn returns-to-go from process rewards)."""
+    """``outcome`` (one value per rollout) or ``turn`` (per-turn returns-to-go from process rewards). For
+    ``gigpo`` it values the turns its step advantage compares (``turn``: their returns-to-go, the paper's;
+    ``outcome``: their episode's return); its episode advantage is the outcome one either way."""
     gamma: float = Field(default=1.0, gt=0, le=1)
     """Per-turn discount of returns."""
     scale_rewards: ScaleRewards = ScaleRewards.GROUP
-    """``grpo`` only: divide by the group's std (``group``), the batch's (``batch``) or not (``none``)."""
+    """``grpo`` and ``gigpo`` only: divide by the group's std (``group``; ``gigpo``'s step advantage: the anchor
+    group's), the batch's (``batch``) or not (``none``)."""
     loss_mask: bool = True
     """Keep env tokens out of the policy loss; ``false`` puts them in (the paper's ablation)."""
     advantage_mask: bool = True
@@ -131,10 +136,16 @@ class RLConfig(BaseModel):
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: a group whose rollouts all earn the same return carries no signal for a group
     baseline, so it is dropped and its slot refilled with a fresh training task's group, for up to
-    ``dynamic_sampling_tries`` extra rounds per step (groups still tied after them stay). ``grpo``, ``rloo`` and
-    ``reinforce_pp_baseline`` (the algorithms with a group baseline)."""
+    ``dynamic_sampling_tries`` extra rounds per step (groups still tied after them stay). ``grpo``, ``rloo``,
+    ``reinforce_pp_baseline`` and ``gigpo`` (the algorithms with a group baseline)."""
     dynamic_sampling_tries: int = Field(default=3, ge=1)
     """With ``dynamic_sampling``: the most extra rollout rounds per step (each plays one fresh group per tied slot)."""
+    gigpo_step_weight: float = Field(default=1.0, ge=0)
+    """``gigpo`` only: omega, the weight of the step advantage in ``A = A_episode + omega * A_step`` (0: GRPO's
+    outcome advantage)."""
+    gigpo_anchor: AnchorState = AnchorState.OBSERVATION
+    """``gigpo`` only: which turns share an anchor state - ``observation`` (the same last env observation, the
+    prompt for turn 0: GiGPO's "identical environment state") or ``history`` (the same whole token prefix)."""
     save_steps: int = Field(default=4, ge=1)
     """Checkpoint every N steps (and at the end)."""
     vllm: VLLMMode = VLLMMode.NONE
@@ -197,6 +208,11 @@ class Reads:
                 f"{key} is not read by {self.trainer}{hint}; leave it at its default {_shown(default)} "
                 f"(got {_shown(value)})"
             )
+
+    def with_hints(self, instead: Mapping[str, str]) -> Reads:
+        """These reads, with ``instead`` added for the keys it does not read (e.g. another room's own settings)."""
+        more = {k: v for k, v in instead.items() if k not in self.settings}
+        return Reads(self.trainer, self.settings, {**self.instead, **more})
 
 
 def _shown(value: Any) -> str:

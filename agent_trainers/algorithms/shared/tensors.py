@@ -10,19 +10,34 @@ Layout of one row (the completion of one trajectory, right-padded to ``T``)::
 * ``turn_index`` numbers the turn each token belongs to: a turn's model tokens
   and the env tokens that answer them share it (padding is -1);
 * :func:`discounted_returns` discounts by ``gamma`` once per turn boundary, so
-  ``gamma`` is a per-turn (per agent step) discount, as in the paper's MDP.
+  ``gamma`` is a per-turn (per agent step) discount, as in the paper's MDP;
+* ``turn_states`` names the state each turn was taken from (:class:`AnchorState`
+  chooses which tokens make it), so that a step-level estimator (GiGPO) can
+  group the turns of a group's rollouts taken from one identical state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import torch
 
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["RewardBatch", "discounted_returns", "reward_batch"]
+__all__ = ["AnchorState", "RewardBatch", "discounted_returns", "reward_batch", "turn_states"]
+
+
+class AnchorState(StrEnum):
+    """Which tokens name the state a turn was taken from (GiGPO's anchor states; ``rl.gigpo_anchor``)."""
+
+    OBSERVATION = "observation"
+    """The last thing the env said: the prompt for turn 0, else the env tokens between the previous turn's model
+    tokens and this turn's (GiGPO's "identical environment state"; earlier turns may differ)."""
+    HISTORY = "history"
+    """The whole token prefix before the turn (prompt and completion so far): identical only when everything
+    the agent saw and did so far was identical."""
 
 
 @dataclass
@@ -35,6 +50,9 @@ class RewardBatch:
         valid: True on completion tokens (False on padding).
         turn_index: Turn of each token (model and env tokens of a turn share it); -1 on padding.
         turn_starts: Per row, the first token of each turn.
+        turn_states: Per row, the state each turn was taken from, as the tuple of its token ids
+            (:func:`turn_states`): equal tuples are the same state, exactly (a hash would risk merging two
+            states on a collision; a tuple costs at most the sequence's length per turn).
         scores: ``(B,)`` total env reward of each trajectory (undiscounted).
         sampling_logprobs: The rollout's sampling log-probs (0 on env tokens and padding).
         group_size: Rollouts per task; row ``b`` is in group ``b // group_size``.
@@ -45,6 +63,7 @@ class RewardBatch:
     valid: torch.Tensor
     turn_index: torch.Tensor
     turn_starts: list[list[int]]
+    turn_states: list[list[tuple[int, ...]]]
     scores: torch.Tensor
     sampling_logprobs: torch.Tensor
     group_size: int
@@ -55,7 +74,28 @@ class RewardBatch:
         return (int(self.token_rewards.shape[0]), int(self.token_rewards.shape[1]))
 
 
-def _fill_row(batch: RewardBatch, b: int, traj: Trajectory) -> None:
+def turn_states(traj: Trajectory, anchor: AnchorState | str = AnchorState.OBSERVATION) -> list[tuple[int, ...]]:
+    """The state each turn of ``traj`` was taken from, as token ids (see :class:`AnchorState`).
+
+    Example:
+        >>> from agent_trainers.rollout.types import TurnSpan
+        >>> t = Trajectory("E-v0", {}, 0, "t", 0, 0, prompt_ids=[7], completion_ids=[1, 2, 8, 9, 3])
+        >>> t.turns = [TurnSpan(0, 2, 4), TurnSpan(4, 5, 5)]  # model [0, 2), env [2, 4), model [4, 5)
+        >>> turn_states(t, "observation"), turn_states(t, "history")
+        ([(7,), (8, 9)], [(7,), (7, 1, 2, 8, 9)])
+    """
+    ids, prompt = traj.completion_ids, tuple(traj.prompt_ids)
+    if AnchorState(anchor) is AnchorState.HISTORY:
+        return [prompt + tuple(ids[: turn.start]) for turn in traj.turns]
+    states: list[tuple[int, ...]] = []
+    previous_end: int | None = None  # the observation before a turn begins where the previous turn's model tokens end
+    for turn in traj.turns:
+        states.append(prompt if previous_end is None else tuple(ids[previous_end : turn.start]))
+        previous_end = turn.end
+    return states
+
+
+def _fill_row(batch: RewardBatch, b: int, traj: Trajectory, anchor: AnchorState) -> None:
     n = len(traj.completion_ids)
     batch.valid[b, :n] = True
     batch.model_mask[b, :n] = torch.tensor([bool(m) for m in traj.loss_mask], dtype=torch.bool) if n else False
@@ -69,10 +109,16 @@ def _fill_row(batch: RewardBatch, b: int, traj: Trajectory) -> None:
             continue
         batch.token_rewards[b, turn.end - 1] += float(turn.reward)
     batch.turn_starts.append([t.start for t in traj.turns])
+    batch.turn_states.append(turn_states(traj, anchor))
 
 
 def reward_batch(
-    trajectories: Sequence[Trajectory], *, group_size: int, length: int, device: torch.device | str = "cpu"
+    trajectories: Sequence[Trajectory],
+    *,
+    group_size: int,
+    length: int,
+    device: torch.device | str = "cpu",
+    anchor: AnchorState | str = AnchorState.OBSERVATION,
 ) -> RewardBatch:
     """Lay ``trajectories`` out as ``(B, length)`` tensors (see the module docstring).
 
@@ -81,6 +127,7 @@ def reward_batch(
         group_size: Rollouts per task.
         length: Padded completion width (at least the longest completion).
         device: Where the tensors go.
+        anchor: Which tokens name the state of each turn (``turn_states``; read by ``gigpo`` only).
 
     Raises:
         ValueError: The batch is not made of whole groups, a completion is
@@ -98,6 +145,7 @@ def reward_batch(
         valid=torch.zeros(n, length, dtype=torch.bool),
         turn_index=torch.full((n, length), -1, dtype=torch.long),
         turn_starts=[],
+        turn_states=[],
         scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
         sampling_logprobs=torch.zeros(n, length),
         group_size=group_size,
@@ -105,7 +153,7 @@ def reward_batch(
     for b, traj in enumerate(trajectories):
         if traj.turns and not traj.completion_ids:
             raise ValueError(f"trajectory {b} has turns but no token ids (text mode cannot be trained on)")
-        _fill_row(batch, b, traj)
+        _fill_row(batch, b, traj, AnchorState(anchor))
     for name in ("token_rewards", "model_mask", "valid", "turn_index", "scores", "sampling_logprobs"):
         setattr(batch, name, getattr(batch, name).to(device))
     return batch

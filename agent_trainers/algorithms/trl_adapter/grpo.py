@@ -1,4 +1,4 @@
-"""GRPO, RLOO, REINFORCE++ and REINFORCE++-baseline on TRL's ``GRPOTrainer``, with our rollouts.
+"""GRPO, RLOO, REINFORCE++, REINFORCE++-baseline and GiGPO on TRL's ``GRPOTrainer``, with our rollouts.
 
 TRL does the optimisation (batching, loss, clipping, optimizer, checkpoints);
 this adapter changes one thing: the advantages. TRL's
@@ -13,7 +13,7 @@ The trajectories come in explicitly: :class:`~agent_trainers.algorithms.EnvRollo
 returns one ``trajectory`` per rollout, TRL merges that field into each input
 row, and the override reads it from the rows it was given.
 
-KL: for ``grpo``, ``beta`` is TRL's KL term in the loss; TRL builds the
+KL: for ``grpo`` and ``gigpo``, ``beta`` is TRL's KL term in the loss; TRL builds the
 reference from a snapshot of the policy as the stage starts (``output_dir/reference``,
 reused on resume). For the REINFORCE family, ``beta`` goes into the
 reward instead: TRL gets ``beta = 0`` and this trainer keeps its own frozen
@@ -26,9 +26,10 @@ Several processes (``accelerate launch``): TRL's ``RepeatSampler`` puts the
 ``per_device_train_batch_size * steps_per_generation`` rows of the generation
 batch, so a group stays on one process exactly when ``G`` divides that number;
 the trainer checks it (:func:`check_groups_stay_local`), and group statistics
-(``grpo``, ``rloo``, the ``-baseline`` mean) are then the same as in one
-process. Batch statistics (``reinforce_pp``'s whitening, ``scale_rewards:
-batch``) are taken over each process's batch, not the global one (a warning says so).
+(``grpo``, ``rloo``, the ``-baseline`` mean, ``gigpo``'s anchor groups) are then
+the same as in one process. Batch statistics (``reinforce_pp``'s whitening,
+``scale_rewards: batch``) are taken over each process's batch, not the global one
+(a warning says so).
 
 Memory and time: the loss scores log-probs with
 :func:`~agent_trainers.algorithms.shared.logprobs.shared_prompt_token_logprobs` (each
@@ -68,7 +69,7 @@ from agent_trainers.algorithms.shared.logprobs import (
     shared_prompt_token_logprobs,
     supports_scored_logprobs,
 )
-from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
+from agent_trainers.algorithms.shared.tensors import AnchorState, RewardBatch, reward_batch
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
 
 __all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler", "check_groups_stay_local"]
@@ -91,7 +92,7 @@ def check_groups_stay_local(args: Any) -> None:
 
 def _warn_batch_statistics(algorithm: Algorithm, args: Any) -> None:
     batch_stats = algorithm in (Algorithm.REINFORCE_PP, Algorithm.REINFORCE_PP_BASELINE) or (
-        algorithm is Algorithm.GRPO and ScaleRewards(str(args.scale_rewards)) is ScaleRewards.BATCH
+        algorithm in (Algorithm.GRPO, Algorithm.GIGPO) and ScaleRewards(str(args.scale_rewards)) is ScaleRewards.BATCH
     )
     if batch_stats and args.world_size > 1:
         warnings.warn(
@@ -158,9 +159,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         model: The policy (a ``PreTrainedModel``).
         reward_funcs: Usually ``[env_reward]``.
         args: A ``GRPOConfig`` (see :func:`~agent_trainers.algorithms.make_grpo_config`).
-        algorithm: ``grpo``, ``rloo``, ``reinforce_pp`` or ``reinforce_pp_baseline``.
+        algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline`` or ``gigpo``.
         advantage: ``outcome`` (one value per rollout) or ``turn`` (returns-to-go per turn).
         gamma: Per-turn discount of returns.
+        gigpo_step_weight: ``gigpo``'s omega, the weight of its step advantage (``rl.gigpo_step_weight``).
+        gigpo_anchor: Which tokens name ``gigpo``'s anchor states (``rl.gigpo_anchor``).
         **kwargs: As for ``GRPOTrainer``; ``rollout_func`` must be an
             :class:`~agent_trainers.algorithms.EnvRolloutFunc`.
 
@@ -179,11 +182,15 @@ class AgentGRPOTrainer(GRPOTrainer):
         algorithm: Algorithm | str = Algorithm.GRPO,
         advantage: AdvantageMode | str = AdvantageMode.OUTCOME,
         gamma: float = 1.0,
+        gigpo_step_weight: float = 1.0,
+        gigpo_anchor: AnchorState | str = AnchorState.OBSERVATION,
         **kwargs: Any,
     ):
         self.algorithm = Algorithm(algorithm)
         self.advantage_mode = AdvantageMode(advantage)
         self.turn_gamma = float(gamma)
+        self.gigpo_step_weight = float(gigpo_step_weight)
+        self.gigpo_anchor = AnchorState(gigpo_anchor)
         estimator = ESTIMATORS[self.algorithm]
         if not isinstance(kwargs.get("rollout_func"), EnvRolloutFunc):
             raise TypeError(
@@ -278,6 +285,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             group_size=self.num_generations,
             length=completion_ids.shape[1],
             device=completion_ids.device,
+            anchor=self.gigpo_anchor,
         )
         kl = self._token_kl(output, batch) if self.kl_coef else None
         output["advantages"] = compute_advantages(
@@ -288,6 +296,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             kl_coef=self.kl_coef,
             kl=kl,
             scale=ScaleRewards(str(self.scale_rewards)),
+            step_weight=self.gigpo_step_weight,
         )
         return output
 

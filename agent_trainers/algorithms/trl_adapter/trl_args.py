@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS, GIGPO_HINTS, Algorithm
 from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, VLLMMode, device_args
 from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.config import RolloutConfig
@@ -43,10 +43,11 @@ TRL_READS = Reads(
     ),
     {
         "rl.advantage_mask": "it switches GAE, which only ppo runs; the others have no per-token values",
-        "rl.scale_rewards": "only grpo scales by a standard deviation",
+        "rl.scale_rewards": "only grpo and gigpo scale by a standard deviation",
         "rl.dynamic_sampling": "tied groups carry no signal only for a group baseline: grpo, rloo, "
-        "reinforce_pp_baseline",
+        "reinforce_pp_baseline, gigpo",
         "rl.dynamic_sampling_tries": "it bounds rl.dynamic_sampling, which needs a group baseline",
+        **GIGPO_HINTS,
     },
 )
 """What :func:`grpo_args` and :class:`~agent_trainers.algorithms.trl_adapter.grpo.AgentGRPOTrainer` read;

@@ -56,7 +56,7 @@ def rl_records(out):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows if r["stage"] == "rl" and "loss" in r]
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo", "ppo"])
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_thread, algorithm):
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     run_training(config(straight, algorithm))

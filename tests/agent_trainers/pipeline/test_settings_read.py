@@ -9,7 +9,7 @@ from agent_trainers.errors import one_line
 from agent_trainers.pipeline.config import TRAINER_READS, config_from_dict
 from agent_trainers.pipeline.stages import RL_TRAINERS
 
-TRL_ALGORITHMS = ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
+TRL_ALGORITHMS = ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"]
 
 
 def settings(algorithm: str, rl: dict | None = None, **top) -> dict:
@@ -57,10 +57,30 @@ def test_the_trl_algorithms_refuse_the_advantage_mask(algorithm):
 
 
 @pytest.mark.parametrize("algorithm", ["rloo", "reinforce_pp", "reinforce_pp_baseline"])
-def test_only_grpo_reads_scale_rewards(algorithm):
+def test_only_grpo_and_gigpo_read_scale_rewards(algorithm):
     message = refusal(settings(algorithm, {"scale_rewards": "none"}))
-    assert f"rl.scale_rewards is not read by {algorithm} (only grpo scales by a standard deviation)" in message
-    assert config_from_dict(settings("grpo", {"scale_rewards": "none"})).rl.scale_rewards == "none"
+    assert f"rl.scale_rewards is not read by {algorithm} (only grpo and gigpo scale by a standard deviation)" in message
+    for reader in ("grpo", "gigpo"):
+        assert config_from_dict(settings(reader, {"scale_rewards": "none"})).rl.scale_rewards == "none"
+
+
+def test_gigpo_loads_with_its_settings():
+    rl = {"gigpo_step_weight": 0.5, "gigpo_anchor": "history", "scale_rewards": "batch", "gamma": 0.9}
+    config = config_from_dict(settings("gigpo", rl | {"dynamic_sampling": True, "advantage": "outcome"}))
+    assert (config.rl.gigpo_step_weight, config.rl.gigpo_anchor, config.rl.dynamic_sampling) == (0.5, "history", True)
+    assert "rl.gigpo_step_weight" in refusal(settings("gigpo", {"gigpo_step_weight": -1.0}))  # omega >= 0
+    assert "gigpo_anchor" in refusal(settings("gigpo", {"gigpo_anchor": "prompt"}))
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"])
+@pytest.mark.parametrize(
+    ("key", "value", "shown"), [("gigpo_step_weight", 0.5, "1.0"), ("gigpo_anchor", "history", "'observation'")]
+)
+def test_the_gigpo_settings_are_refused_under_every_other_algorithm(algorithm, key, value, shown):
+    assert refusal(settings(algorithm, {key: value})) == (
+        f"rl.{key} is not read by {algorithm} (only gigpo has a step advantage over anchor states); "
+        f"leave it at its default {shown} (got {value!r})"
+    )
 
 
 def test_a_setting_written_at_its_default_is_accepted():

@@ -47,7 +47,7 @@ ALWAYS = {"reward", "groups/reward_std", "groups/tied", "rollout/answered", "rol
           "entropy", "grad_norm", "clip", "tokens/total", "step_time"}  # fmt: skip
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp_baseline"])
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp_baseline", "gigpo"])
 def test_dynamic_sampling_under_each_group_algorithm(tmp_path, capsys, algorithm):
     (step,) = _run(tmp_path, algorithm, {"dynamic_sampling": True, "dynamic_sampling_tries": 2})
     assert ALWAYS <= set(step) and step["groups/tied"] == 1.0 and step["rollout/format_errors"] == 1.0

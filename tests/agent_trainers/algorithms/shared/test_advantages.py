@@ -189,7 +189,7 @@ def test_single_turn_episodes_make_turn_mode_equal_outcome_mode():
 
 def test_registry_and_argument_errors(batch):
     assert set(ESTIMATORS) == {a.value for a in Algorithm} - {"ppo"}  # ppo has its own trainer (GAE + critic)
-    with pytest.raises(KeyError, match=r"no advantage estimator 'ppo'; registered: \['grpo', 'reinforce_pp'"):
+    with pytest.raises(KeyError, match=r"no advantage estimator 'ppo'; registered: \['gigpo', 'grpo', 'reinforce_pp'"):
         compute_advantages(batch, "ppo")
     with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
         compute_advantages(batch, "grpo", gamma=0.0)

@@ -28,6 +28,11 @@ def test_rewards_sit_on_the_last_model_token_of_each_turn(smollm2_tokenizer):
         assert b.turn_index[0, turn.start : turn.env_end].tolist() == [k] * (turn.env_end - turn.start)
     assert b.turn_index[0, len(t.completion_ids) :].tolist() == [-1] * 3
     assert b.turn_starts == [[turn.start for turn in t.turns]]
+    # the observation each turn was taken from: the prompt, then the env's reply to the previous turn
+    first, second, third = b.turn_states[0]
+    assert first == tuple(t.prompt_ids) and "What is the capital of France?" in smollm2_tokenizer.decode(first)
+    assert "The capital of France is Paris." in smollm2_tokenizer.decode(second)
+    assert "Paris" not in smollm2_tokenizer.decode(third)  # the reply to "not an action"
     assert torch.allclose(b.sampling_logprobs[0, : len(t.logprobs)], torch.tensor(t.logprobs))
 
 

@@ -25,30 +25,43 @@ if ENV_ID not in gym.registry:
 
 
 class ScriptedLookup:
-    """Looks the capital up, then answers: correctly on even batch rows, wrongly on odd ones."""
+    """Looks the capital up, then answers: correctly on even batch rows, wrongly on odd ones.
 
-    def __init__(self, tokenizer):
+    With ``shout_odd_rows`` the odd rows look the country up in capitals: the env's reply is the same, the
+    history before the answer is not.
+    """
+
+    def __init__(self, tokenizer, *, shout_odd_rows=False):
         self.tokenizer = tokenizer
+        self.shout_odd_rows = shout_odd_rows
 
     def generate(self, prompts, params):
-        return [self._turn(ids, right=self.answers_right(row)) for row, ids in enumerate(prompts)]
+        return [
+            self._turn(ids, right=self.answers_right(row), shout=self.shout_odd_rows and row % 2 == 1)
+            for row, ids in enumerate(prompts)
+        ]
 
     def answers_right(self, row):
         return row % 2 == 0
 
-    def _turn(self, ids, *, right):
+    def _turn(self, ids, *, right, shout=False):
         text = self.tokenizer.decode(ids)
         country = next(c for c in CAPITALS if f"capital of {c.country}?" in text)
         if f"The capital of {country.country} is" in text:
             action = f"<answer>{country.capital if right else 'Atlantis'}</answer>"
         else:
-            action = env_parser.format_call("lookup", {"country": country.country})
+            name = country.country.upper() if shout else country.country
+            action = env_parser.format_call("lookup", {"country": name})
         tokens = self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         return Generation(token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason=FinishReason.STOP)
 
 
 def scripted(model, tok, seed):
     return ScriptedLookup(tok)
+
+
+def shouting(model, tok, seed):
+    return ScriptedLookup(tok, shout_odd_rows=True)
 
 
 def make_trainer(
@@ -63,6 +76,7 @@ def make_trainer(
     gamma=1.0,
     env_kwargs=None,
     steps=1,
+    **gigpo,
 ):
     model, tok = tiny_random_model()
     rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
@@ -79,7 +93,7 @@ def make_trainer(
     )  # fmt: skip
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
-        rollout_func=fn, algorithm=algorithm, advantage=advantage, gamma=gamma,
+        rollout_func=fn, algorithm=algorithm, advantage=advantage, gamma=gamma, **gigpo,
     )  # fmt: skip
 
 
@@ -134,6 +148,26 @@ def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path
         assert not torch.allclose(out["advantages"], other, atol=1e-3)
 
 
+def test_the_gigpo_settings_reach_its_advantages(tmp_path):
+    """The step weight and the anchor: the odd rows look the country up in capitals, so before the answer they
+    saw their group partner's observation (the env's reply) after another history."""
+    trainer = make_trainer(tmp_path, "gigpo", "turn", shouting, gigpo_step_weight=0.5, gigpo_anchor="history")
+    trainer.model.train()
+    inputs = inputs_for(trainer, [0, 1])
+    out = trainer._generate_and_score_completions(inputs)
+    trajs = [row["trajectory"] for row in inputs]
+    observed = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1])
+    history = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1], anchor="history")
+    assert observed.turn_states[0][1] == observed.turn_states[1][1]
+    assert history.turn_states[0][1] != history.turn_states[1][1]
+    assert torch.equal(out["advantages"], compute_advantages(history, "gigpo", mode="turn", step_weight=0.5))
+    for other in (
+        compute_advantages(observed, "gigpo", mode="turn", step_weight=0.5),  # the answer turns compared
+        compute_advantages(history, "gigpo", mode="turn"),  # step weight 1
+    ):
+        assert not torch.allclose(out["advantages"], other, atol=1e-3)
+
+
 def test_outcome_grpo_with_gamma_1_equals_trls_own_advantages(tmp_path):
     trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
     trainer.model.train()
@@ -167,7 +201,8 @@ def test_loss_mask_switch_changes_exactly_the_mask(tmp_path, algorithm):
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "beta"), [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0)]
+    ("algorithm", "beta"),
+    [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0), ("gigpo", 0.0)],
 )
 def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
     trainer = make_trainer(  # the real TransformersPolicy
