@@ -32,7 +32,7 @@ from pydantic.dataclasses import dataclass
 from agent_trainers.algorithms.shared.settings import Reads, RLConfig
 from agent_trainers.rollout.config import RolloutConfig
 
-__all__ = ["PPO_READS", "CriticKind", "KLPlacement", "PPOConfig", "check_ppo_settings"]
+__all__ = ["PPO_READS", "CriticKind", "KLPlacement", "PPOConfig", "ValueLevel", "check_ppo_settings"]
 
 
 class CriticKind(StrEnum):
@@ -42,6 +42,17 @@ class CriticKind(StrEnum):
     """A linear value head on the policy's backbone (shared weights)."""
     SEPARATE = "separate"
     """A separate backbone with its own value head."""
+
+
+class ValueLevel(StrEnum):
+    """What PPO's critic values and GAE runs over."""
+
+    TOKEN = "token"
+    """Every agent token is a state (the paper's PPO): GAE over agent tokens, ``gamma`` per token."""
+    STEP = "step"
+    """Every turn is a state (Agent-R1 v0.1.0): the value read at each step's last prompt token, GAE over
+    steps (:func:`~agent_trainers.algorithms.ppo.core.step_gae`), ``gamma`` per step; each token of a turn
+    gets its step's advantage and the critic is trained at the step positions only."""
 
 
 class KLPlacement(StrEnum):
@@ -67,8 +78,12 @@ class PPOConfig:
     critic_model: str | None = None
     """``separate`` only: the critic backbone's initial weights - ``null`` copies the policy as RL starts
     (after SFT), or a model name or folder as ``model.name`` takes."""
+    value: ValueLevel = ValueLevel.TOKEN
+    """``token``: GAE over agent tokens (the paper's); ``step``: the critic values each step (turn) at its last
+    prompt token and GAE runs over steps (Agent-R1 v0.1.0, StepPO)."""
     gamma: float = Field(default=1.0, ge=0, le=1)
-    """γ: discount per agent token (env tokens are skipped unless ``rl.advantage_mask`` is false)."""
+    """γ: discount per agent token (env tokens are skipped unless ``rl.advantage_mask`` is false); per step
+    with ``value: step``."""
     lam: float = Field(default=1.0, ge=0, le=1)
     """λ of GAE."""
     clip_coef: float = Field(default=0.2, gt=0)
@@ -145,6 +160,10 @@ def check_ppo_settings(rl: RLConfig, ppo: PPOConfig, rollout: RolloutConfig) -> 
     """
     if not rollout.temperature > 0:
         raise ValueError("ppo scores log-probs at the sampling temperature: rollout.temperature must be > 0")
+    if ppo.value is ValueLevel.STEP and not rl.advantage_mask:
+        raise ValueError(
+            "ppo.value: step runs GAE over steps, so rl.advantage_mask: false (GAE over every token) does not apply"
+        )
     if ppo.critic_warmup_steps >= rl.steps:
         raise ValueError(
             f"ppo.critic_warmup_steps must be < the RL steps (got {ppo.critic_warmup_steps} and {rl.steps})"

@@ -36,6 +36,7 @@ __all__ = [
     "masked_gae",
     "masked_mean",
     "masked_whiten",
+    "step_gae",
 ]
 
 
@@ -77,6 +78,66 @@ def masked_gae(
         advantages[:, t] = running
     returns = torch.where(mask, advantages + values, torch.zeros_like(values))
     return advantages, returns
+
+
+def step_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    turn_index: torch.Tensor,
+    turn_starts: list[list[int]],
+    *,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GAE over the agent's *steps* (turns), as Agent-R1 v0.1.0's step-level critic does.
+
+    Step ``k`` of a row is its turn ``k``: its state's value is ``V_k = values[turn_starts[k]]`` (the value
+    read at the step's last prompt token, the state before its first action token), its reward ``r_k`` the
+    sum of the per-token rewards of its tokens (the env reward of the turn, and a per-token KL penalty when
+    there is one). Then, with ``V_{n} = 0`` after the last step::
+
+        delta_k = r_k + gamma * V_{k+1} - V_k
+        A_k     = delta_k + gamma * lam * A_{k+1}
+        R_k     = A_k + V_k                     (the value target, at the step's position only)
+
+    Every token of turn ``k`` gets ``A_k``. With ``gamma = lam = 1``, ``A_k`` is the Monte-Carlo return from
+    step ``k`` minus ``V_k``.
+
+    Args:
+        rewards: ``(B, T)`` per-token rewards.
+        values: ``(B, T)`` critic values ``V(s_t)``, the state before token ``t``.
+        turn_index: ``(B, T)`` the turn of each token (-1 on padding).
+        turn_starts: Per row, the first token of each turn.
+        gamma: Discount per step, in ``[0, 1]``.
+        lam: GAE's lambda, in ``[0, 1]``.
+
+    Returns:
+        ``(advantages, returns, step_mask)``: per-token advantages (0 on padding), the value targets (non-zero
+        at step positions only) and the step positions (where the critic is trained).
+
+    Example:
+        >>> r = torch.tensor([[0.0, 0.1, 0.0, 0.0, 1.0]])   # turn 0: tokens 0-2 (2 env), turn 1: tokens 3-4
+        >>> v = torch.tensor([[0.2, 7.0, 7.0, 0.5, 7.0]])   # only the values at the turn starts are read
+        >>> adv, ret, at = step_gae(r, v, torch.tensor([[0, 0, 0, 1, 1]]), [[0, 3]], gamma=1.0, lam=1.0)
+        >>> [round(x, 4) for x in adv[0].tolist()], [round(x, 4) for x in ret[0].tolist()]
+        ([0.9, 0.9, 0.9, 0.5, 0.5], [1.1, 0.0, 0.0, 1.0, 0.0])
+    """
+    step_mask = torch.zeros_like(values, dtype=torch.bool)
+    step_rewards = torch.zeros_like(values)
+    for b, starts in enumerate(turn_starts):
+        if not starts:
+            continue
+        where, tokens = torch.tensor(starts, device=values.device), turn_index[b] >= 0
+        step_mask[b, where] = True
+        per_turn = torch.zeros(len(starts), dtype=rewards.dtype, device=rewards.device)
+        step_rewards[b, where] = per_turn.index_add_(0, turn_index[b, tokens], rewards[b, tokens])
+    at_steps, returns = masked_gae(step_rewards, values, step_mask, gamma=gamma, lam=lam)
+    advantages = torch.zeros_like(values)
+    for b, starts in enumerate(turn_starts):
+        if starts:
+            tokens = turn_index[b] >= 0
+            advantages[b, tokens] = at_steps[b, torch.tensor(starts, device=values.device)][turn_index[b, tokens]]
+    return advantages, returns, step_mask
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,7 @@ from accelerate import Accelerator
 from transformers import TrainerCallback, TrainerControl, TrainerState, get_scheduler
 
 from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, pack_sequences, policy_scores
-from agent_trainers.algorithms.ppo.config import CriticKind, KLPlacement, PPOConfig, check_ppo_settings
+from agent_trainers.algorithms.ppo.config import CriticKind, KLPlacement, PPOConfig, ValueLevel, check_ppo_settings
 from agent_trainers.algorithms.ppo.core import (
     clipped_surrogate,
     clipped_value_loss,
@@ -61,6 +61,7 @@ from agent_trainers.algorithms.ppo.core import (
     masked_gae,
     masked_mean,
     masked_whiten,
+    step_gae,
 )
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback, load_rollout_state
 from agent_trainers.algorithms.shared.logprobs import freeze, frozen_copy
@@ -82,8 +83,8 @@ class PPOBatch:
         completions: Completion ids per episode (agent and env tokens).
         rewards: The env rewards and masks (:class:`~agent_trainers.algorithms.shared.tensors.RewardBatch`).
         policy_mask: Tokens in the policy loss (agent tokens; every token with ``loss_mask: false``).
-        gae_mask: Tokens GAE runs over and the critic is trained on (agent tokens;
-            every token with ``advantage_mask: false``).
+        gae_mask: Tokens GAE runs over and the critic is trained on (agent tokens; every token with
+            ``advantage_mask: false``; the step positions with ``ppo.value: step``).
         old_logprobs: ``log pi_old`` of every completion token.
         old_values: ``V(s_t)`` at rollout time.
         ref_logprobs: Reference log-probs (None when ``beta = 0``).
@@ -252,8 +253,14 @@ class PPOTrainer:
         if batch.ref_logprobs is not None and p.kl_penalty is KLPlacement.REWARD:
             kl = kl_k1(batch.old_logprobs, batch.ref_logprobs) * batch.rewards.model_mask
             rewards = rewards - self.rl.beta * kl
-        # 5. GAE over the agent's tokens (or every token), bootstrapping across the rest
-        advantages, batch.returns = masked_gae(rewards, batch.old_values, batch.gae_mask, gamma=p.gamma, lam=p.lam)
+        # 5. GAE over the agent's tokens (or every token), bootstrapping across the rest; or over the steps
+        if p.value is ValueLevel.STEP:  # the critic is then trained at the step positions only
+            r = batch.rewards
+            advantages, batch.returns, batch.gae_mask = step_gae(
+                rewards, batch.old_values, r.turn_index, r.turn_starts, gamma=p.gamma, lam=p.lam
+            )
+        else:
+            advantages, batch.returns = masked_gae(rewards, batch.old_values, batch.gae_mask, gamma=p.gamma, lam=p.lam)
         # 6. whiten over the tokens in the policy loss; the other tokens get 0
         batch.advantages = masked_whiten(advantages, batch.policy_mask) if p.norm_adv else advantages
         batch.advantages = batch.advantages * batch.policy_mask
