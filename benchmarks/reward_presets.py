@@ -164,10 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     answered = [r for r in rows if r["answered"]]
     unanswered = [r for r in rows if not r["answered"]]
     f1 = [float(r["metrics"]["answer_f1"]) for r in answered]
+    mean_f1 = f"{statistics.mean(f1):.3f}" if f1 else "-"  # no answer: no F1 (absent, not 0)
+    mean_turns = f"{statistics.mean(r['turns'] for r in answered):.2f}" if answered else "-"
     print(
         f"{args.env_id}, model {args.model}: {len(rows)} episodes ({args.tasks} tasks x {args.samples}, "
-        f"T={args.temperature}), {len(answered)} answered (mean answer F1 {statistics.mean(f1) if f1 else 0:.3f}, "
-        f"mean turns {statistics.mean(r['turns'] for r in answered) if answered else 0:.2f}), "
+        f"T={args.temperature}), {len(answered)} answered (mean answer F1 {mean_f1}, mean turns {mean_turns}), "
         f"{len(unanswered)} never answered"
     )
     print("| preset | mean return, answered | mean return, never answered | paired gap answered - not [95% CI] |")
