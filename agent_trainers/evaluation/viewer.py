@@ -114,8 +114,10 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         scores = fields.get("scores", {})
     else:
         scores = {k.removeprefix("answer_"): v for k, v in traj.metrics.items() if k.startswith("answer_")}
+    question = record.get("question") if record else None
     return {
         "i": index,
+        "search": _search_text(traj, question, record.get("answer") if record else None),
         "task_id": traj.task_id,
         "task_index": traj.task_index,
         "env_id": traj.env_id,
@@ -124,7 +126,7 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         "outcome": str(_outcome(traj.answered, scores)),
         "reward": traj.total_reward if record is None else fields.get("reward", traj.total_reward),
         "metrics": traj.metrics,
-        "question": record.get("question") if record else None,
+        "question": question,
         "gold": record.get("gold") if record else None,
         "answer": record.get("answer") if record else None,
         "messages": traj.messages,
@@ -136,6 +138,19 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         "prompt_tokens": len(traj.prompt_ids),
         "error": traj.error,
     }
+
+
+def _search_text(traj: Trajectory, question: Any, answer: Any) -> str:
+    """What the page's text filter searches (lower case): the task id, the question - a rollout file has none
+    of its own, so the first user message, which holds it - and the answer (an evaluation record's, or the
+    final assistant message of a rollout)."""
+    users = [m.get("content") for m in traj.messages if m.get("role") == "user"]
+    replies = [m.get("content") for m in traj.messages if m.get("role") == "assistant"]
+    if question is None and users:
+        question = users[0]
+    if answer is None and replies and traj.answered:
+        answer = replies[-1]
+    return "\n".join(str(x) for x in (traj.task_id, question, answer) if x is not None).lower()
 
 
 def read_cards(path: str | Path, tokenizer: Any = None) -> list[dict[str, Any]]:

@@ -286,3 +286,25 @@ def test_odd_records_draw_their_cards_in_chromium(episodes, tmp_path):
         assert "broken-card: this record could not be drawn (TypeError" in heads[2]
         assert page.locator("article.card").nth(0).locator(".msg").count() == len(good["trajectory"]["messages"])
         assert errors == []
+
+
+@needs_chromium
+def test_a_rollout_file_is_filtered_by_question_words_and_blank_turns_are_named(episodes, tmp_path):
+    """A rollout file has no question field: the filter searches the first user message (the question) too; a
+    turn of 64 newlines is drawn as a one-line note, not 64 blank lines (issue 26, item 5)."""
+    lines = [json.loads(x) for x in episodes.read_text().splitlines()]
+    trajs = [line["trajectory"] for line in lines]
+    trajs[1]["messages"][2]["content"] = "\n" * 64  # the first assistant turn (after system, user)
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in trajs))
+    word = max(lines[3]["question"].split(), key=len).strip("?,.'\"").lower()
+    want = sum(word in line["question"].lower() for line in lines)
+    with browser_page(write_viewer(path, tmp_path / "rollout.html"), tmp_path / "profile") as (page, errors):
+        page.fill("#text-filter", word)
+        assert page.locator("#count").text_content() == f"{want} of 8 trajectories match; {want} shown"
+        heads = " ".join(page.locator("article.card .card-head").all_text_contents())
+        assert want >= 1 and lines[3]["task_id"] in heads
+        page.fill("#text-filter", "")
+        second = page.locator("article.card").nth(1)
+        assert "(64 whitespace characters)" in second.locator(".msg").nth(2).text_content()
+        assert errors == []
