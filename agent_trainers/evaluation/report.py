@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_trainers.evaluation.metrics import metric_spec
-from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, markdown_row, read_records
+from agent_trainers.evaluation.outputs import EPISODES, SPEC, SUMMARY, markdown_row, read_records
 from agent_trainers.evaluation.stats import RESAMPLES, Interval, bootstrap_average, bootstrap_mean
 
 __all__ = ["DATASET_NAMES", "PAPER_IN_DOMAIN", "Report", "build_report"]
@@ -104,6 +104,17 @@ def _column_order(datasets: set[str]) -> list[str]:
     return known + sorted(datasets - set(known))
 
 
+QUESTION_KEYS = ("data_path", "split", "task_seed", "num_tasks")
+"""The env kwargs that choose which questions an evaluation asks (with the spec's ``start`` and ``limit``)."""
+
+
+def _questions(path: Path) -> dict[str, object]:
+    """Which questions the evaluation in ``path`` asked, as its spec records them (absent keys are ``None``)."""
+    spec = json.loads((path / SPEC).read_text(encoding="utf-8")) if (path / SPEC).is_file() else {}
+    kwargs = spec.get("env_kwargs") or {}
+    return {**{k: kwargs.get(k) for k in QUESTION_KEYS}, "start": spec.get("start", 0), "limit": spec.get("limit")}
+
+
 def build_report(
     folders: Sequence[str | Path],
     *,
@@ -116,9 +127,11 @@ def build_report(
 
     Raises:
         FileNotFoundError: A folder has no ``summary.json`` (an unfinished evaluation).
-        ValueError: Two folders give the same method on the same dataset, or a folder lacks ``metric``.
+        ValueError: Two folders give the same method on the same dataset, a folder lacks ``metric``, or two
+            folders of one column asked other questions (another data file, split, task range or limit).
     """
     values: dict[str, dict[str, list[float]]] = {}
+    asked: dict[str, tuple[Path, dict[str, object]]] = {}  # dataset -> the first folder of its column
     for folder in folders:
         path = Path(folder)
         if not (path / SUMMARY).is_file():
@@ -133,6 +146,13 @@ def build_report(
         if dataset in row:
             raise ValueError(f"two evaluations of {label!r} on {dataset!r} (the second is {path})")
         row[dataset] = got
+        first, questions = asked.setdefault(dataset, (path, _questions(path)))
+        if (mine := _questions(path)) != questions:
+            differ = ", ".join(f"{k} {questions[k]!r} vs {mine[k]!r}" for k in questions if questions[k] != mine[k])
+            raise ValueError(
+                f"the {dataset!r} column would mix evaluations of other questions: {first} and {path} differ in "
+                f"{differ}; evaluate every method on the same questions"
+            )
     columns = _column_order({d for row in values.values() for d in row})
     report = Report(metric, columns, tuple(in_domain))
     for label, row in values.items():

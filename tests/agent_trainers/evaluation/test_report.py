@@ -103,3 +103,23 @@ def test_a_pipe_or_line_break_in_a_label_stays_inside_its_cell(tmp_path):
     table = comparison_markdown([load_run(d) for d in dirs])
     assert "| GRPO \\| lr 5e-6 |" in table and all(r.replace("\\|", "").count("|") == table.splitlines()[0].count("|")
                                                   for r in table.splitlines())  # fmt: skip
+
+
+def test_a_column_refuses_evaluations_of_other_questions(tmp_path):
+    """`agent-r1 report` merged runs on different data into one HotpotQA column (issue 26, item 6)."""
+
+    def spec(path, **fields):
+        (path / "spec.json").write_text(json.dumps({"label": path.name, **fields}))
+        return path
+
+    a = spec(folder(tmp_path, "naive RAG", "hotpotqa", [1, 0]), env_kwargs={"data_path": "dev_a.jsonl"}, limit=2)
+    b = spec(folder(tmp_path, "agent", "hotpotqa", [1, 1]), env_kwargs={"data_path": "dev_b.jsonl"}, limit=2)
+    with pytest.raises(ValueError, match=r"'hotpotqa' column would mix .* data_path 'dev_a.jsonl' vs 'dev_b.jsonl'"):
+        build_report([a, b])
+    spec(b, env_kwargs={"data_path": "dev_a.jsonl", "top_k": 5}, limit=2)  # same questions, another retrieval setting
+    assert build_report([a, b]).rows["agent"]["hotpotqa"].mean == 1.0
+    spec(b, env_kwargs={"data_path": "dev_a.jsonl"}, limit=2, start=100)  # same file, other task range
+    with pytest.raises(ValueError, match=r"start 0 vs 100"):
+        build_report([a, b])
+    c = spec(folder(tmp_path, "agent", "musique", [0, 1]), env_kwargs={"data_path": "musique.jsonl"}, limit=2)
+    assert build_report([a, c]).columns == ["hotpotqa", "musique"]  # other columns may use other data
