@@ -53,9 +53,20 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _version() -> str:
+    """The installed distribution's version (``agent-r1-gym``), or a note when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agent-r1-gym")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``agent-r1``."""
     parser = argparse.ArgumentParser(prog="agent-r1", description="Train LLM agents with RL on multi-turn tool tasks.")
+    parser.add_argument("--version", action="version", version=f"agent-r1 {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments")
     train = sub.add_parser("train", help="run SFT and/or RL from a config file")

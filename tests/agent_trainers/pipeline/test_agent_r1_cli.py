@@ -125,3 +125,12 @@ def test_envs_lists_registry(capsys):
     out = capsys.readouterr().out
     for env_id, _ in agent_gym.list_envs():
         assert env_id in out
+
+
+def test_version_is_the_installed_distributions(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"agent-r1 {version('agent-r1-gym')}\n"
