@@ -28,7 +28,7 @@ from typing_extensions import TypedDict
 
 from agent_gym.core.files import write_atomic
 from agent_trainers.evaluation.outputs import read_lines
-from agent_trainers.rollout.export import trajectory_from_dict
+from agent_trainers.rollout.export import first_error, trajectory_from_dict
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["Outcome", "card_data", "read_cards", "render_html", "write_viewer"]
@@ -109,8 +109,7 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         try:
             fields = _RECORD.validate_python({k: record[k] for k in _RecordShape.__annotations__ if k in record})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise ValueError(first_error(exc)) from None
         scores = fields.get("scores", {})
     else:
         scores = {k.removeprefix("answer_"): v for k, v in traj.metrics.items() if k.startswith("answer_")}

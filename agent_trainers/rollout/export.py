@@ -27,7 +27,7 @@ from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only 
 from agent_gym.core.files import write_atomic
 from agent_trainers.rollout.types import Trajectory, TurnSpan
 
-__all__ = ["FORMAT_VERSION", "load_jsonl", "save_jsonl", "trajectory_from_dict", "trajectory_to_dict"]
+__all__ = ["FORMAT_VERSION", "first_error", "load_jsonl", "save_jsonl", "trajectory_from_dict", "trajectory_to_dict"]
 
 FORMAT_VERSION = 1
 _FIELDS = {f.name for f in dataclasses.fields(Trajectory)}
@@ -89,16 +89,19 @@ def trajectory_from_dict(record: dict[str, Any]) -> Trajectory:
         try:
             data[name] = _SHAPES[name].validate_python(value, strict=True)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in (name, *first["loc"]) if p not in ("", "[key]"))
-            raise ValueError(f"bad trajectory record: {where}: {first['msg']} (got {_short(first['input'])})") from None
+            raise ValueError(f"bad trajectory record: {first_error(exc, name)}") from None
     data["turns"] = [TurnSpan(**t) for t in data.get("turns", [])]
     return Trajectory(**data)
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def first_error(exc: ValidationError, *prefix: str) -> str:
+    """The first of ``exc``'s errors as ``where: what (got X)``: ``where`` dotted from ``prefix`` and the error's
+    location (``messages.0``), the input's repr cut to 60 characters (a bad record may hold a long list)."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in (*prefix, *first["loc"]) if p not in ("", "[key]"))
+    text = repr(first["input"])
+    got = text if len(text) <= 60 else text[:57] + "..."
+    return f"{where}: {first['msg']} (got {got})"
 
 
 def save_jsonl(trajs: Iterable[Trajectory], path: str | Path) -> Path:
