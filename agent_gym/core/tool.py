@@ -11,6 +11,10 @@ Tools receive a :class:`ToolContext` carrying the environment's random
 generator, so any randomness a tool has (retrieval noise, flaky results) is
 reproducible from ``env.reset(seed=...)``.
 
+Tools pickle and deep-copy with their env (a :class:`FunctionTool` saves its
+function by reference, so define it at module level: ``@tool`` on a module's
+function, as below, pickles; a function defined inside another does not).
+
 Example:
     >>> @tool
     ... def add(a: int, b: int) -> str:
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import inspect
 import json
 import re
@@ -242,6 +247,47 @@ class FunctionTool(Tool):
         if self._wants_ctx:
             return self._fn(ctx=ctx, **arguments)
         return self._fn(**arguments)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with the function by reference, also when ``@tool`` put this tool in the function's place.
+
+        ``@tool`` at module level binds the module's name to the tool, so pickle (which saves a function as
+        ``module.qualname``) would find the tool there instead of the function and refuse; such a function is
+        saved as that name and taken back from the tool found there on load.
+        """
+        state = super().__getstate__()
+        module, qualname = getattr(self._fn, "__module__", None), getattr(self._fn, "__qualname__", "")
+        if module is not None and _lookup(module, qualname) is self:
+            state["_fn"] = _DecoratedFunction(module, qualname)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        fn = state.get("_fn")
+        if isinstance(fn, _DecoratedFunction):
+            found = _lookup(fn.module, fn.qualname)
+            if not isinstance(found, FunctionTool):
+                raise TypeError(f"{fn.module}.{fn.qualname} is no longer a @tool; cannot load the tool pickled from it")
+            state = {**state, "_fn": found._fn}
+        super().__setstate__(state)
+
+
+@dataclass(frozen=True)
+class _DecoratedFunction:
+    """A reference to the function of a module-level ``@tool``: its module and qualified name."""
+
+    module: str
+    qualname: str
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    """The object ``module.qualname`` names, importing the module (``None`` when there is none, e.g. a local)."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return obj
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
