@@ -21,6 +21,7 @@ from agent_gym.core.rubric import RewardError, RewardTerm, Rubric, Transition
 from agent_gym.core.spaces import TextSpace
 from agent_gym.core.tool import FunctionTool, Tool, ToolContext, tool
 from agent_gym.envs import list_envs, register_envs
+from agent_gym.registration import register_env
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,7 @@ __all__ = [
     "Transition",
     "list_envs",
     "make_context",
+    "register_env",
     "register_envs",
     "tool",
 ]

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import WrapperSpec
+
+from agent_gym.registration import STOP_REASON_WRAPPER, register_env
 
 __all__ = ["REGISTRY", "EnvEntry", "list_envs", "register_envs"]
 
@@ -83,21 +84,18 @@ REGISTRY: tuple[EnvEntry, ...] = (
     ),
 )
 
-_STOP_REASON = WrapperSpec(name="RecordStopReason", entry_point="agent_gym.wrappers:RecordStopReason", kwargs={})
+_STOP_REASON = STOP_REASON_WRAPPER
 
 
 def register_envs() -> None:
-    """Register every row of :data:`REGISTRY` with Gymnasium (idempotent)."""
+    """Register every row of :data:`REGISTRY` with Gymnasium (idempotent), through :func:`~agent_gym.register_env`.
+
+    Your own ids go through the same helper, so they get the same turn limit and wrappers.
+    """
     for entry in REGISTRY:
         if entry.id in gym.registry:
             continue
-        gym.register(
-            id=entry.id,
-            entry_point=entry.entry_point,
-            kwargs=dict(entry.kwargs),
-            max_episode_steps=entry.max_episode_steps,
-            additional_wrappers=(_STOP_REASON,),
-        )
+        register_env(entry.id, entry.entry_point, kwargs=entry.kwargs, max_episode_steps=entry.max_episode_steps)
 
 
 def list_envs() -> list[tuple[str, str]]:

@@ -10,12 +10,15 @@ and then drives whole episodes *to their end* through the env as given
   stay inside their declared bounds;
 * ``score_answer`` returns finite scores in ``[0, 1]`` (checked on every
   answer the kit gives, before the env scores it);
-* a terminated step names its ``stop_reason`` and reports ``metrics``;
+* a terminated step names its ``stop_reason`` and reports ``metrics``; a
+  truncated step names its ``stop_reason`` too (``"max_turns"``, set by
+  :class:`~agent_gym.wrappers.RecordStopReason`, which
+  :func:`agent_gym.register_env` adds: an id registered with plain
+  ``gymnasium.register`` fails here);
 * whole trajectories are deterministic under a seed (observations, rewards,
   infos), noise included;
-* ``step`` after the end raises :class:`~agent_gym.core.env.EpisodeOverError`
-  (after ``truncated`` too, when :class:`~agent_gym.wrappers.RecordStopReason`
-  is in the stack), and ``reset`` after the end works;
+* ``step`` after the end (``terminated`` or ``truncated``) raises
+  :class:`~agent_gym.core.env.EpisodeOverError`, and ``reset`` after the end works;
 * every tool's JSON schema is a valid schema and tool names are unique;
 * ``info["history"]`` only grows, by exactly ``info["new_messages"]``, and
   ``info["messages"]`` is a faithful view of it under the env's context policy
@@ -65,7 +68,6 @@ from agent_gym.core.history import Message
 from agent_gym.core.info import ChatMessage
 from agent_gym.core.rubric import RewardError
 from agent_gym.core.tool import Tool
-from agent_gym.wrappers import RecordStopReason
 
 __all__ = [
     "check_answer_scores",
@@ -100,6 +102,11 @@ def check_step(env: ToolEnv[Any], obs: str, reward: float, terminated: bool, tru
     if terminated:
         assert info.get("stop_reason"), "a terminated step must name its info['stop_reason']"
         assert isinstance(info.get("metrics"), dict), "a terminated step must report info['metrics']"
+    elif truncated:
+        assert info.get("stop_reason"), (
+            "a truncated step must name its info['stop_reason'] (e.g. 'max_turns'): register the id with "
+            "agent_gym.register_env, or wrap the env in agent_gym.wrappers.RecordStopReason outside its TimeLimit"
+        )
 
 
 def check_answer_scores(env: ToolEnv[Any], answer: str) -> None:
@@ -332,18 +339,10 @@ def _check_history(info: dict[str, Any], before: list[ChatMessage], where: str) 
     return history
 
 
-def _has_wrapper(env: gym.Env[Any, Any], kind: type) -> bool:
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, kind):
-            return True
-        env = env.env
-    return False
-
-
 def _check_end(env: gym.Env[str, str], record: Record, seed: int) -> None:
-    """After the end, ``step`` raises (after truncation only when RecordStopReason enforces it)."""
+    """After the end (terminated or truncated), ``step`` raises."""
     *_, terminated, truncated, _info = record[-1]
-    if not (terminated or (truncated and _has_wrapper(env, RecordStopReason))):
+    if not (terminated or truncated):
         return
     try:
         env.step("<answer>again</answer>")

@@ -289,8 +289,43 @@ def test_record_stop_reason_is_found_under_other_wrappers():
         check_text_env(OrderEnforcing(LeakyStop(TimeLimit(Endless(), 2))), skip_gymnasium_checker=True)
 
 
-def test_truncation_without_record_stop_reason_is_not_required_to_refuse():
-    check_text_env(TimeLimit(Endless(), 2), skip_gymnasium_checker=True)
+TRUNCATED_WITHOUT_REASON = (
+    "a truncated step must name its info['stop_reason'] (e.g. 'max_turns'): register the id with "
+    "agent_gym.register_env, or wrap the env in agent_gym.wrappers.RecordStopReason outside its TimeLimit"
+)
+
+
+def test_truncation_without_record_stop_reason_fails_on_the_missing_stop_reason():
+    """A bare TimeLimit truncates with stop_reason None and lets step() go on: the kit says so (it used to skip)."""
+    with pytest.raises(AssertionError) as caught:
+        check_text_env(TimeLimit(Endless(), 2), skip_gymnasium_checker=True)
+    assert str(caught.value) == TRUNCATED_WITHOUT_REASON
+
+
+class NamesItsStopButGoesOn(gym.Wrapper):
+    """Sets a stop reason on truncation but does not refuse the next step (the other half of RecordStopReason)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if truncated:
+            info["stop_reason"] = "max_turns"
+        return obs, reward, terminated, truncated, info
+
+
+def test_truncation_must_refuse_steps_whatever_wrapper_names_the_stop():
+    with pytest.raises(AssertionError) as caught:
+        check_text_env(NamesItsStopButGoesOn(TimeLimit(Endless(), 2)), skip_gymnasium_checker=True)
+    assert str(caught.value) == "seed 0: step() after truncation must raise EpisodeOverError"
+
+
+def test_check_step_names_a_truncated_step_without_stop_reason():
+    env = LookupEnv()
+    obs, _ = env.reset(seed=0)
+    obs, reward, _, _, info = env.step("plain text")
+    check_step(env, obs, reward, False, True, {**info, "stop_reason": "max_turns"})
+    with pytest.raises(AssertionError) as caught:
+        check_step(env, obs, reward, False, True, info)
+    assert str(caught.value) == TRUNCATED_WITHOUT_REASON
 
 
 # ---------------------------------------------------------------------------- check_copies
