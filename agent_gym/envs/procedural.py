@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 from agent_gym.core.env import ToolEnv
 from agent_gym.core.rubric import RewardTerm, Rubric
-from agent_gym.rewards import make_rubric
+from agent_gym.rewards import env_rubric
 
 __all__ = ["ProceduralEnv"]
 
@@ -31,8 +31,8 @@ class ProceduralEnv(ToolEnv[TaskT]):
         reward: Rubric preset, ``"process"`` or ``"outcome"``.
         answer_metric: ``"em"`` or ``"f1"`` for the answer reward.
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
-        reward_weights: Override rubric term weights by name.
-        rubric: A complete rubric, replacing the preset.
+        reward_weights: Override rubric term weights by name (of the preset, or of ``rubric``).
+        rubric: A complete rubric, replacing the preset (see :func:`agent_gym.rewards.env_rubric`).
         **kwargs: Passed to :class:`~agent_gym.core.env.ToolEnv`.
     """
 
@@ -52,12 +52,14 @@ class ProceduralEnv(ToolEnv[TaskT]):
     ):
         if num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1 (got {num_tasks})")
-        if rubric is None:
-            rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
-            if reward in ("process", "gated"):
-                rubric = Rubric([*rubric.terms, *self.process_terms()])
-            if reward_weights:
-                rubric = rubric.with_weights(**reward_weights)
+        rubric = env_rubric(
+            rubric,
+            reward=reward,
+            answer_metric=answer_metric,
+            shaping_gamma=shaping_gamma,
+            reward_weights=reward_weights,
+            process_terms=self.process_terms() if rubric is None else (),
+        )
         super().__init__(rubric=rubric, **kwargs)
         self._num_tasks = int(num_tasks)
         self.task_seed = int(task_seed)

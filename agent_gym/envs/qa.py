@@ -45,11 +45,12 @@ from typing import Any
 from agent_gym.core.env import EpisodeState, ToolEnv
 from agent_gym.core.history import Role, ToolCall, ToolResult
 from agent_gym.core.noise import ToolNoise
+from agent_gym.core.rubric import Rubric
 from agent_gym.core.tool import Tool
 from agent_gym.core.validation import positive_int
 from agent_gym.datasets import QATask, Source, Split, embedded_path, load_qa, score_answer, select_split
 from agent_gym.retrieval import BM25Retriever, Passage, RemoteRetriever, dedupe_passages, load_corpus
-from agent_gym.rewards import make_rubric
+from agent_gym.rewards import env_rubric
 from agent_gym.tools.search import SearchTool
 
 __all__ = ["CorpusMode", "MultiHopQAEnv", "RetrieverBackend", "load_tasks"]
@@ -166,6 +167,11 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         reward: Rubric preset, ``"process"`` or ``"outcome"``.
         answer_metric: ``"f1"`` or ``"em"`` for the answer reward.
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
+        reward_weights: Override rubric term weights by name (of the preset, or of ``rubric``), e.g.
+            ``{"evidence": 0.0}`` to log the evidence term without paying it.
+        rubric: A complete :class:`~agent_gym.core.rubric.Rubric` of your own
+            :class:`~agent_gym.core.rubric.RewardTerm` s, replacing the preset (``reward``,
+            ``answer_metric`` and ``shaping_gamma`` are then not read).
         tool_noise: A :class:`~agent_gym.core.noise.ToolNoise` or a dict of its fields.
         top_k: Passages per search (a positive int).
         retriever: Search backend, ``"bm25"`` (default), ``"lucene"``,
@@ -201,6 +207,8 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         reward: str = "process",
         answer_metric: str = "f1",
         shaping_gamma: float | None = None,
+        reward_weights: Mapping[str, float] | None = None,
+        rubric: Rubric | None = None,
         tool_noise: ToolNoise | Mapping[str, Any] | None = None,
         top_k: int = 3,
         retriever: str = "bm25",
@@ -211,7 +219,13 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         include_unanswerable: bool = False,
         **kwargs: Any,
     ) -> None:
-        rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
+        rubric = env_rubric(
+            rubric,
+            reward=reward,
+            answer_metric=answer_metric,
+            shaping_gamma=shaping_gamma,
+            reward_weights=reward_weights,
+        )
         super().__init__(rubric=rubric, action_format=action_format, tool_noise=tool_noise, **kwargs)
         self.top_k = positive_int("top_k", top_k)
         self.max_passage_chars = positive_int("max_passage_chars", max_passage_chars)

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from functools import partial
 from typing import Any
@@ -45,7 +46,11 @@ from agent_gym.core.rubric import RewardTerm, Rubric, Transition
 __all__ = [
     "AnswerMetric",
     "Preset",
+    "RewardTerm",
+    "Rubric",
+    "Transition",
     "answer_score",
+    "env_rubric",
     "evidence_at_answer",
     "evidence_gain",
     "format_penalty",
@@ -196,3 +201,38 @@ def make_rubric(
         terms.append(_shaping_term(float(shaping_gamma)))
     rubric = Rubric(terms)
     return rubric.with_weights(**weights) if weights else rubric
+
+
+def env_rubric(
+    rubric: Rubric | None = None,
+    *,
+    reward: str | Preset = Preset.PROCESS,
+    answer_metric: str | AnswerMetric = AnswerMetric.F1,
+    shaping_gamma: float | None = None,
+    reward_weights: Mapping[str, float] | None = None,
+    process_terms: Sequence[RewardTerm] = (),
+) -> Rubric:
+    """The rubric of a built-in env from its ``rubric=`` / ``reward=`` / ``reward_weights=`` arguments.
+
+    Args:
+        rubric: A complete rubric of your own; ``reward``, ``answer_metric``, ``shaping_gamma`` and
+            ``process_terms`` are then not read.
+        reward, answer_metric, shaping_gamma: The preset (see :func:`make_rubric`), used without ``rubric``.
+        reward_weights: Term weights by name, applied last (to ``rubric`` too); 0 makes a term a logged metric.
+        process_terms: Env-specific terms appended to the ``"process"`` and ``"gated"`` presets.
+
+    Raises:
+        TypeError: ``rubric`` is not a :class:`Rubric`.
+        KeyError: ``reward_weights`` names a term the rubric does not have.
+
+    Example:
+        >>> [t.weight for t in env_rubric(reward="outcome", reward_weights={"outcome": 2.0}).terms]
+        [2.0]
+    """
+    if rubric is None:
+        rubric = make_rubric(reward, answer_metric=answer_metric, shaping_gamma=shaping_gamma)
+        if process_terms and _choice(Preset, reward, "reward") in (Preset.PROCESS, Preset.GATED):
+            rubric = Rubric([*rubric.terms, *process_terms])
+    elif not isinstance(rubric, Rubric):
+        raise TypeError(f"rubric must be a Rubric, got {type(rubric).__name__}")
+    return rubric.with_weights(**reward_weights) if reward_weights else rubric
