@@ -37,6 +37,7 @@ from agent_trainers.algorithms.ppo.config import PPO_READS, PPOConfig, check_ppo
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, GIGPO_HINTS, Algorithm
 from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, bf16_enabled, changed_settings
 from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
+from agent_trainers.pipeline.env_settings import default_kwargs
 from agent_trainers.policies.loader import Device
 from agent_trainers.policies.threads import Threads
 from agent_trainers.rollout.config import RolloutConfig
@@ -83,13 +84,28 @@ class EnvConfig(_Section):
     """The environment and its task splits."""
 
     id: str = "AgentR1/HotpotQA-v0"
-    """A registered environment id (see ``agent-r1 envs``)."""
-    train_kwargs: dict[str, Any] = Field(default_factory=lambda: {"split": "train"})
-    """``gymnasium.make`` kwargs of the training env."""
-    eval_kwargs: dict[str, Any] = Field(default_factory=lambda: {"split": "test"})
-    """``gymnasium.make`` kwargs of the held-aside evaluation env."""
+    """A registered environment id (see ``agent-r1 envs``), or ``module:Namespace/Name-vN`` for your own: the
+    module (importable, or in the working directory) registers it (see ``docs/custom_env.md``)."""
+    train_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """``gymnasium.make`` kwargs of the training env; left out: ``{split: train}`` if the env takes ``split``
+    (the QA envs), else ``{}``."""
+    eval_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """``gymnasium.make`` kwargs of the held-aside evaluation env; left out: ``{split: test}`` if the env takes
+    ``split``, else ``{}``."""
     train_tasks: int | None = Field(default=None, ge=1)
     """Use the first N training tasks (None: all)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_defaults(cls, data: Any) -> Any:
+        """Fill a left-out ``train_kwargs`` / ``eval_kwargs`` with the split the env takes, if it takes one."""
+        if not isinstance(data, dict) or ("train_kwargs" in data and "eval_kwargs" in data):
+            return data
+        env_id = data.get("id", cls.model_fields["id"].default)
+        if not isinstance(env_id, str):
+            return data  # the field's own validation names it
+        missing = {k: default_kwargs(env_id, k) for k in ("train_kwargs", "eval_kwargs") if k not in data}
+        return {**data, **missing}
 
 
 class SFTStageConfig(_Section):

@@ -122,10 +122,11 @@ def _accepts(env_id: str, name: str) -> bool:
     from gymnasium.envs.registration import load_env_creator
 
     import agent_gym  # noqa: F401
+    from agent_trainers.pipeline.env_settings import import_env_module
 
     try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as exc:  # an unknown namespace, name or version: one line, not a traceback
+        spec = gym.spec(import_env_module(env_id))  # a ``module:Name-vN`` id imports its module first
+    except (gym.error.Error, ImportError) as exc:  # an unknown namespace, name or version: one line, not a traceback
         raise ValueError(f"--env {env_id}: {exc}") from None
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     params = inspect.signature(creator).parameters

@@ -30,6 +30,7 @@ from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
+from agent_trainers.pipeline.env_settings import check_env_settings
 from agent_trainers.pipeline.plots import MetricsLog, plot_curves, plot_metrics, read_jsonl
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.pipeline.stages import STAGES, RunState
@@ -84,7 +85,9 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
 
 
 def open_run(config: TrainConfig, *, resume: bool = False) -> RunState:
-    """A run's start: its folder and saved config, the seeds, the threads, the model; the state the stages take."""
+    """A run's start: its envs built once (a bad ``env:`` section is a one-line ``ValueError`` before anything is
+    written), its folder and saved config, the seeds, the threads, the model; the state the stages take."""
+    check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
     out, main = Path(config.output_dir), is_main_process()
     out.mkdir(parents=True, exist_ok=True)
     if main:
