@@ -283,6 +283,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         gamma=r.gamma,
         gigpo_step_weight=r.gigpo_step_weight,
         gigpo_anchor=r.gigpo_anchor,
+        step_samples=r.step_samples,
     )
     trainer.add_callback(_RLCallback(state, trainer))
     trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written

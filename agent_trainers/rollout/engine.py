@@ -10,6 +10,15 @@ bookkeeping is exact:
   the model's turn (:meth:`agent_trainers.rollout.chat.ChatTokenizer.env_ids`),
   with ``loss_mask`` 0. The history is never re-rendered or re-tokenized.
 
+Under a context policy other than ``"append"`` (``env_kwargs={"context": "window"}``,
+:mod:`agent_gym.core.context`) the env decides what the agent sees next: each
+turn's prompt is the env's view (``info["messages"]``) rendered with the chat
+template, recorded as it was fed in ``Trajectory.step_prompts`` (per-step
+samples), while ``prompt_ids + completion_ids`` still record the whole history
+(the model's ids exactly as sampled, the env's as template deltas).
+``max_total_tokens`` then bounds each step's prompt and generation, not the
+history.
+
 A policy that keeps per-episode state (a :class:`~agent_trainers.policies.SessionPolicy`,
 e.g. ``TransformersPolicy`` with its KV cache) is told which episode each
 prompt belongs to, and each episode's state is freed as soon as it ends.
@@ -28,7 +37,6 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
-from agent_gym.core.context import require_append
 from agent_gym.core.info import ResetInfo, StepInfo
 from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPolicy, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
@@ -57,6 +65,12 @@ def stop_strings_for(env: gym.Env) -> list[str]:
     return ["</answer>"]
 
 
+def _context_name(env: Any) -> str:
+    """The name of ``env``'s context policy; ``"append"`` for an env without one."""
+    context = getattr(getattr(env, "unwrapped", env), "context", "append")
+    return str(getattr(context, "name", context))
+
+
 class _Episode:
     """The mutable bookkeeping of one live episode (internal)."""
 
@@ -65,23 +79,39 @@ class _Episode:
         self.messages: list[dict[str, Any]] = []  # the conversation as the policy sees it
         self.done = False
         self.turn_text = ("", "")  # (content, text) of the latest model turn
+        self.unstepped = False  # the latest model turn never reached the env
+        self.view_mode = _context_name(env) != "append"  # each turn's prompt is then the env's view, rendered anew
+        self.view_prompt: list[int] = []
 
     @property
     def length(self) -> int:
+        """Tokens the next generation continues: the whole episode, or in view mode the step's prompt."""
+        if self.view_mode:
+            return len(self.view_prompt)
         return len(self.traj.prompt_ids) + len(self.traj.completion_ids)
+
+    def next_prompt(self) -> list[int]:
+        """The ids the model is fed for its next turn."""
+        if self.view_mode:
+            return list(self.view_prompt)
+        return self.traj.prompt_ids + self.traj.completion_ids
 
     def start(self, info: ResetInfo) -> None:
         self.messages = [dict(m) for m in info["messages"]]
-        self.traj.messages = [dict(m) for m in info["messages"]]
+        self.traj.messages = [dict(m) for m in info.get("history", info["messages"])]
         self.traj.task_id = str(info["task_id"])
         self.traj.evidence_total = int(info["evidence_total"])
         if self.chat is not None:
             self.traj.prompt_ids = self.chat.prompt_ids(self.messages, self.traj.tools)
+            self.view_prompt = list(self.traj.prompt_ids)
 
     def add_model_turn(self, gen: Generation) -> str:
         """Append the model's ids; return the action text given to the env."""
         assert self.chat is not None
         t = self.traj
+        if self.view_mode:
+            t.step_prompts.append(list(self.view_prompt))
+        self.unstepped = True
         start = len(t.completion_ids)
         t.completion_ids.extend(gen.token_ids)
         t.loss_mask.extend([1] * len(gen.token_ids))
@@ -95,13 +125,15 @@ class _Episode:
         """Text mode: record a model turn that has no token ids."""
         self.messages.append({"role": "assistant", "content": gen.text or ""})
         self.traj.turns.append(TurnSpan(0, 0, 0))
+        self.unstepped = True
         return gen.text or ""
 
     def finish(self, stop_reason: str, *, truncated: bool, error: str = "") -> None:
         self.done = True
         self.traj.stop_reason, self.traj.truncated, self.traj.error = str(stop_reason), truncated, error
-        if self.messages and self.messages[-1]["role"] == "assistant" and len(self.traj.messages) < len(self.messages):
+        if self.unstepped:
             self.traj.messages.append(dict(self.messages[-1]))  # a model turn the env never saw
+            self.unstepped = False
 
     def record_step(self, step: Step) -> tuple[list[dict[str, Any]], bool]:
         """Store the step's reward and messages; return the env's new messages and whether the episode is over."""
@@ -114,8 +146,9 @@ class _Episode:
         new = [dict(m) for m in info["new_messages"]]
         if new and new[0]["role"] == "assistant":
             new = new[1:]
+        self.unstepped = False
         self.messages = [dict(m) for m in info["messages"]]
-        self.traj.messages = [dict(m) for m in info["messages"]]
+        self.traj.messages = [dict(m) for m in info.get("history", info["messages"])]
         if terminated:
             self.traj.terminated = True
             self.traj.metrics = {k: float(v) for k, v in info["metrics"].items()}  # a terminated step carries them
@@ -133,7 +166,18 @@ class _Episode:
         new, over = self.record_step(step)
         content, text = self.turn_text
         env_ids = self.chat.env_ids(text, content, new, generation_prompt=not over, tools=self.traj.tools)
-        if self.length + len(env_ids) <= budget:
+        if self.view_mode:  # the history records every token; the budget bounds the next step's prompt
+            t = self.traj
+            t.completion_ids.extend(env_ids)
+            t.loss_mask.extend([0] * len(env_ids))
+            t.logprobs.extend([0.0] * len(env_ids))
+            t.turns[-1].env_end = len(t.completion_ids)
+            if not over:
+                self.view_prompt = self.chat.prompt_ids(self.messages, self.traj.tools)
+                if len(self.view_prompt) >= budget:
+                    self.finish(StopReason.TOKEN_BUDGET, truncated=True)
+                    return
+        elif self.length + len(env_ids) <= budget:
             t = self.traj
             t.completion_ids.extend(env_ids)
             t.loss_mask.extend([0] * len(env_ids))
@@ -266,13 +310,11 @@ def _make_episodes(
     make_env: Callable[..., Any],
 ) -> list[_Episode]:
     make_kwargs = dict(kwargs) | ({"max_episode_steps": cfg.max_turns} if cfg.max_turns is not None else {})
-    require_append(kwargs.get("context", "append"), "the rollout engine")  # also for envs in Ray actors
     episodes = []
     for p, index in enumerate(task_indices):
         for g in range(group_size):
             ep_seed = seed + p if cfg.same_noise_in_group else seed + p * group_size + g
             env = make_env(env_id, **make_kwargs)
-            require_append(getattr(getattr(env, "unwrapped", None), "context", "append"), "the rollout engine")
             traj = Trajectory(env_id, dict(kwargs), ep_seed, "", int(index), p)
             _obs, info = env.reset(seed=ep_seed, options={"task_index": int(index)})
             traj.tools = list(info["tools"]) if cfg.render_tools else []
@@ -295,7 +337,7 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
                 by_limit.setdefault(min(cfg.max_new_tokens_per_turn, room), []).append(ep)
         stepping: list[tuple[_Episode, str]] = []
         for limit, group in by_limit.items():
-            prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep in group]
+            prompts = [ep.next_prompt() for ep in group]
             params = cfg.sampling(stop, limit)
             gens = policy.generate(prompts, params, sessions=group) if sessions else policy.generate(prompts, params)
             notify.generated(gens)

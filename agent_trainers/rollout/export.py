@@ -54,6 +54,7 @@ _SHAPES: dict[str, TypeAdapter[Any]] = {
     "env_kwargs": TypeAdapter(dict[str, Any]),
     "tools": TypeAdapter(list[dict[str, Any]]),
     "turns": TypeAdapter(list[_TurnShape]),
+    "step_prompts": TypeAdapter(list[list[_TOKEN_ID]]),
     **{name: TypeAdapter(int) for name in ("seed", "task_index", "group_id", "evidence_found", "evidence_total")},
     **{name: TypeAdapter(str) for name in ("env_id", "task_id", "stop_reason", "error")},
     **{name: TypeAdapter(bool) for name in ("terminated", "truncated")},

@@ -49,10 +49,12 @@ class RemoteDescription:
     Attributes:
         parser: Its action parser's ``tags`` (``None`` for the ``tool_call`` format).
         action_format: The env's ``action_format``.
+        context: The name of its context policy (``"append"``, ``"window"``, ...).
     """
 
     parser: _Parser
     action_format: str
+    context: str = "append"
 
 
 def _describe(env: gym.Env) -> dict[str, Any]:
@@ -61,7 +63,9 @@ def _describe(env: gym.Env) -> dict[str, Any]:
     return {
         "spec": env.spec,
         "description": RemoteDescription(
-            _Parser(tuple(tags) if tags else None), str(getattr(base, "action_format", "tool_call"))
+            _Parser(tuple(tags) if tags else None),
+            str(getattr(base, "action_format", "tool_call")),
+            str(getattr(getattr(base, "context", None), "name", "append")),
         ),
         "observation_space": env.observation_space,
         "action_space": env.action_space,

@@ -67,6 +67,15 @@ class Trajectory:
             of the latest step, or of ``reset``).
         evidence_total: Gold evidence items of the task (0: the task has none, so
             evidence recall is undefined for it).
+        step_prompts: Under a context policy other than ``"append"`` (the env shows
+            the agent a view of its history, :mod:`agent_gym.core.context`): the
+            prompt ids each turn was generated from, exactly as fed to the model,
+            one list per turn. Then ``prompt_ids + completion_ids`` is the *full*
+            history as one chat (for the viewer and exports) and trainers score
+            turn ``k``'s tokens ``completion_ids[turns[k].start:turns[k].end]``
+            after ``step_prompts[k]`` (per-step samples). Empty under ``"append"``,
+            where turn ``k``'s prompt is ``prompt_ids + completion_ids[:turns[k].start]``
+            (:meth:`step_prompt`).
     """
 
     env_id: str
@@ -89,6 +98,13 @@ class Trajectory:
     error: str = ""
     evidence_found: int = 0
     evidence_total: int = 0
+    step_prompts: list[list[int]] = field(default_factory=list)
+
+    def step_prompt(self, k: int) -> list[int]:
+        """The prompt ids turn ``k`` was generated from (see ``step_prompts``)."""
+        if self.step_prompts:
+            return list(self.step_prompts[k])
+        return list(self.prompt_ids) + list(self.completion_ids[: self.turns[k].start])
 
     @property
     def answered(self) -> bool:

@@ -38,75 +38,9 @@ from torch import nn
 
 from agent_trainers.algorithms.ppo.config import CriticKind
 from agent_trainers.algorithms.shared.logprobs import completion_states, logit_transform, project_scored
+from agent_trainers.algorithms.shared.sequences import SequenceBatch, StepSpan, covered, pack_sequences, step_states
 
 __all__ = ["ActorCritic", "CriticKind", "SequenceBatch", "pack_sequences", "policy_scores"]
-
-
-@dataclass
-class SequenceBatch:
-    """Prompt + completion ids of a batch: prompts left-padded to one width, completions right-padded.
-
-    Attributes:
-        input_ids: ``(B, P + T)``.
-        attention_mask: ``(B, P + T)``, 1 on real tokens.
-        position_ids: ``(B, P + T)``, counting real tokens only (left padding does not shift positions).
-        prompt_width: ``P``; completion token ``t`` sits at column ``P + t``.
-        valid: ``(B, T)`` bool, True on real completion tokens.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    prompt_width: int
-    valid: torch.Tensor
-
-    def model_inputs(self) -> dict[str, Any]:
-        """Keyword arguments for :meth:`ActorCritic.forward`."""
-        return {
-            "input_ids": self.input_ids,
-            "attention_mask": self.attention_mask,
-            "position_ids": self.position_ids,
-            "prompt_width": self.prompt_width,
-            "valid": self.valid,
-        }
-
-
-def pack_sequences(
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    *,
-    pad_id: int,
-    width: int | None = None,
-    device: torch.device | str = "cpu",
-) -> SequenceBatch:
-    """Lay out ``prompts[i] + completions[i]`` as a :class:`SequenceBatch`.
-
-    Args:
-        prompts: Prompt ids per row (each non-empty).
-        completions: Completion ids per row.
-        pad_id: Id written into padding (masked out).
-        width: Completion width ``T`` (default: the longest completion).
-        device: Where the tensors go.
-
-    Raises:
-        ValueError: An empty prompt, or a completion longer than ``width``.
-    """
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
-    p_w = max(len(p) for p in prompts)
-    t_w = max((len(c) for c in completions), default=0) if width is None else width
-    if any(len(c) > t_w for c in completions):
-        raise ValueError(f"a completion is longer than the width {t_w}")
-    n = len(prompts)
-    ids = torch.full((n, p_w + t_w), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, p_w + t_w), dtype=torch.long)
-    for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-        ids[row, p_w - len(p) : p_w] = torch.tensor(list(p), dtype=torch.long)
-        ids[row, p_w : p_w + len(c)] = torch.tensor(list(c), dtype=torch.long)
-        attn[row, p_w - len(p) : p_w + len(c)] = 1
-    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    valid = attn[:, p_w:].bool()
-    return SequenceBatch(ids.to(device), attn.to(device), positions.to(device), p_w, valid.to(device))
 
 
 def policy_scores(
@@ -118,6 +52,7 @@ def policy_scores(
     temperature: float,
     chunk: int,
     entropy: bool = False,
+    steps: Sequence[Sequence[StepSpan]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Log-probs of the completion tokens under a causal LM, logits in chunks.
 
@@ -129,20 +64,44 @@ def policy_scores(
         temperature: Logits are divided by it (the sampling temperature).
         chunk: Completion tokens per block of logits.
         entropy: Also return per-token entropies.
+        steps: Per-step samples of each row (:func:`~agent_trainers.algorithms.shared.sequences.step_spans`):
+            each turn is then scored after its own step prompt; ``valid`` must lie inside the spans.
 
     Returns:
         ``(logprobs, entropies or None, hidden)``: ``(B, T)`` tensors (0 outside
         ``valid``) and the ``(B, T, H)`` hidden states before every completion token.
     """
     ids, width = inputs["input_ids"], valid.shape[1]
-    completion = ids.shape[1] - prompt_width
-    states = completion_states(policy, ids, inputs["attention_mask"], completion, inputs["position_ids"])
-    before = states[:, :width]  # the state before each completion token
+    if steps is not None:
+        before = _step_states(policy.base_model, ids, prompt_width, steps, width, valid)
+    else:
+        completion = ids.shape[1] - prompt_width
+        states = completion_states(policy, ids, inputs["attention_mask"], completion, inputs["position_ids"])
+        before = states[:, :width]  # the state before each completion token
     targets = ids[:, prompt_width : prompt_width + width]
     logprobs, entropies = project_scored(
         policy, before, targets, valid, temperature=temperature, compute_entropy=entropy, chunk=chunk
     )
     return logprobs, entropies, before
+
+
+def _step_states(
+    backbone: nn.Module,
+    ids: torch.Tensor,
+    prompt_width: int,
+    steps: Sequence[Sequence[StepSpan]],
+    width: int,
+    scored: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`~agent_trainers.algorithms.shared.sequences.step_states` of a packed batch's completions."""
+    inside = covered(steps, width, scored.device)
+    if bool((scored.bool() & ~inside).any()):
+        raise ValueError(
+            "per-step samples score the model's tokens only, and a token outside every step was asked for "
+            "(rl.loss_mask: false or rl.advantage_mask: false with step samples)"
+        )
+    completions = ids[:, prompt_width : prompt_width + width].tolist()
+    return step_states(backbone, completions, steps, width, pad_id=0)
 
 
 def _check_plain_lm_head(model: nn.Module) -> None:
@@ -203,6 +162,7 @@ class ActorCritic(nn.Module):
         scored: torch.Tensor | None = None,
         values: bool = True,
         entropy: bool = False,
+        steps: Sequence[Sequence[StepSpan]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Score the completion tokens of a :class:`SequenceBatch`.
 
@@ -217,6 +177,8 @@ class ActorCritic(nn.Module):
                 logits are computed only there (e.g. agent tokens only).
             values: Also return values (on every ``valid`` token; the head is cheap).
             entropy: Also return entropies (on ``scored`` tokens).
+            steps: Per-step samples (see :func:`policy_scores`); the critic then reads each turn's states
+                after its own step prompt too, and values are 0 outside the steps.
 
         Returns:
             ``(logprobs, values, entropies)``, each ``(B, T)`` with 0 outside
@@ -225,11 +187,22 @@ class ActorCritic(nn.Module):
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         scored = valid if scored is None else scored & valid
         logprobs, entropies, before = policy_scores(
-            self.policy, inputs, prompt_width, scored, temperature=temperature, chunk=self.chunk, entropy=entropy
+            self.policy,
+            inputs,
+            prompt_width,
+            scored,
+            temperature=temperature,
+            chunk=self.chunk,
+            entropy=entropy,
+            steps=steps,
         )
         if not values:
             return logprobs, None, entropies
-        if self.critic is not None:
+        if steps is not None:
+            valid = valid & covered(steps, valid.shape[1], valid.device)
+            if self.critic is not None:
+                before = _step_states(self.critic, input_ids, prompt_width, steps, valid.shape[1], valid)
+        elif self.critic is not None:
             critic_hidden = self.critic(**inputs, use_cache=False).last_hidden_state
             before = critic_hidden[:, prompt_width - 1 : prompt_width - 1 + valid.shape[1]]
         v = self._values(before) * valid

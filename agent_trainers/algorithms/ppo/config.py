@@ -131,6 +131,7 @@ PPO_READS = Reads(
             "rl.warmup_steps",
             "rl.beta",
             "rl.loss_mask",
+            "rl.step_samples",
             "rl.advantage_mask",
             "rl.save_steps",
             "report_to",

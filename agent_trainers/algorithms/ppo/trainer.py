@@ -66,6 +66,7 @@ from agent_trainers.algorithms.ppo.core import (
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback, load_rollout_state
 from agent_trainers.algorithms.shared.logprobs import freeze, frozen_copy
 from agent_trainers.algorithms.shared.rollouts import EnvRollouts, episode_metrics
+from agent_trainers.algorithms.shared.sequences import StepSpan, batch_steps
 from agent_trainers.algorithms.shared.settings import RLConfig, bf16_enabled
 from agent_trainers.algorithms.shared.tensors import RewardBatch, reward_batch
 from agent_trainers.policies.loader import Device, load_model, resolve_device
@@ -90,6 +91,8 @@ class PPOBatch:
         ref_logprobs: Reference log-probs (None when ``beta = 0``).
         advantages: After GAE and whitening.
         returns: GAE's value targets.
+        steps: Per-step samples of each episode (``rl.step_samples``, or a context other than ``append``):
+            each turn is scored after its own step prompt; None: after the episode's prefix.
     """
 
     prompts: list[list[int]]
@@ -97,6 +100,7 @@ class PPOBatch:
     rewards: RewardBatch
     policy_mask: torch.Tensor
     gae_mask: torch.Tensor
+    steps: list[list[StepSpan]] | None = None
     old_logprobs: torch.Tensor = field(default_factory=lambda: torch.empty(0))
     old_values: torch.Tensor = field(default_factory=lambda: torch.empty(0))
     ref_logprobs: torch.Tensor | None = None
@@ -298,6 +302,7 @@ class PPOTrainer:
             rewards=rewards,
             policy_mask=agent_tokens if self.rl.loss_mask else every_token,
             gae_mask=agent_tokens if self.rl.advantage_mask else every_token,
+            steps=batch_steps(trajectories, self.rl),
         )
 
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
@@ -312,7 +317,8 @@ class PPOTrainer:
             pad_id=self.tokenizer.pad_token_id,
             device=self.accelerator.device,
         )
-        return packed.model_inputs()
+        steps = None if batch.steps is None else [batch.steps[r] for r in picked]
+        return packed.model_inputs() | {"steps": steps}
 
     def _scored(self, batch: PPOBatch, rows: torch.Tensor, width: int) -> torch.Tensor:
         """Tokens whose log-probs PPO needs: those in the policy loss and the agent's (for the KL)."""
@@ -337,7 +343,9 @@ class PPOTrainer:
                 seq = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
                 agent = batch.rewards.model_mask[rows, :width]
                 width_p = inputs["prompt_width"]
-                lp, _, _ = policy_scores(model, seq, width_p, agent, temperature=temperature, chunk=chunk)
+                lp, _, _ = policy_scores(
+                    model, seq, width_p, agent, temperature=temperature, chunk=chunk, steps=inputs["steps"]
+                )
             logprobs[rows, :width] = lp.float()
         return logprobs, out_values
 

@@ -133,6 +133,12 @@ class RLConfig(BaseModel):
     advantage_mask: bool = True
     """``ppo`` only: GAE over agent tokens, bootstrapping across env tokens; ``false`` runs it over every
     token (the paper's ablation). The other algorithms have no per-token value to bootstrap."""
+    step_samples: bool = False
+    """Score each turn's tokens after the prompt that turn was generated from (per-step samples,
+    :mod:`~agent_trainers.algorithms.shared.sequences`) instead of after the episode's prefix. Always on when
+    the env shows a view of its history (``context`` other than ``append``); under ``append`` the two give the
+    same loss and gradients (each step's prefix is then run again: slower), so switching changes nothing but
+    the cost. Needs ``loss_mask`` and ``advantage_mask`` (a step sample has no env tokens)."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: a group whose rollouts all earn the same return carries no signal for a group
     baseline, so it is dropped and its slot refilled with a fresh training task's group, for up to
@@ -152,6 +158,15 @@ class RLConfig(BaseModel):
     """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
     vllm_server_url: str = "http://127.0.0.1:8000"
     """The ``trl vllm-serve`` server (``vllm: server``)."""
+
+    @model_validator(mode="after")
+    def _step_samples_score_model_tokens(self) -> RLConfig:
+        if self.step_samples and not (self.loss_mask and self.advantage_mask):
+            raise ValueError(
+                "rl.step_samples needs rl.loss_mask and rl.advantage_mask true: a per-step sample holds the "
+                "model's tokens only, so env tokens cannot enter the loss or GAE"
+            )
+        return self
 
     @model_validator(mode="after")
     def _warmup_within_the_run(self) -> RLConfig:

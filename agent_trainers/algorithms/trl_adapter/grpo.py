@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,14 @@ from agent_trainers.algorithms.shared.advantages import (
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback
 from agent_trainers.algorithms.shared.logprobs import (
     frozen_copy,
+    project_scored,
     shared_prompt_token_logprobs,
     supports_scored_logprobs,
 )
+from agent_trainers.algorithms.shared.sequences import StepSpan, batch_steps, covered, step_states
 from agent_trainers.algorithms.shared.tensors import AnchorState, RewardBatch, reward_batch
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
+from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["AgentGRPOTrainer", "EpochSeededRepeatSampler", "check_groups_stay_local"]
 
@@ -164,6 +168,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         gamma: Per-turn discount of returns.
         gigpo_step_weight: ``gigpo``'s omega, the weight of its step advantage (``rl.gigpo_step_weight``).
         gigpo_anchor: Which tokens name ``gigpo``'s anchor states (``rl.gigpo_anchor``).
+        step_samples: Score each turn after its own step prompt (``rl.step_samples``); always so for
+            episodes played under a context other than ``append``.
         **kwargs: As for ``GRPOTrainer``; ``rollout_func`` must be an
             :class:`~agent_trainers.algorithms.EnvRolloutFunc`.
 
@@ -184,8 +190,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         gamma: float = 1.0,
         gigpo_step_weight: float = 1.0,
         gigpo_anchor: AnchorState | str = AnchorState.OBSERVATION,
+        step_samples: bool = False,
         **kwargs: Any,
     ):
+        self.step_samples = bool(step_samples)
+        self._batch_steps: list[list[StepSpan]] | None = None  # the generation batch's per-step samples
+        self._loss_steps: list[list[StepSpan]] | None = None  # a loss micro-batch's
         self.algorithm = Algorithm(algorithm)
         self.advantage_mode = AdvantageMode(advantage)
         self.turn_gamma = float(gamma)
@@ -224,10 +234,17 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._signal_in_step |= bool(self.beta) or bool(inputs["advantages"].abs().max() > 0)
         mask = inputs["completion_mask"]
         self._scored = mask * inputs["tool_mask"] if inputs.get("tool_mask") is not None else mask
+        self._loss_steps = inputs.get("step_spans")
         try:
             return super()._compute_loss(model, inputs)
         finally:
-            self._scored = None
+            self._scored, self._loss_steps = None, None
+
+    def on_trajectories(self, trajectories: list[Trajectory]) -> None:
+        """Called by :class:`EnvRolloutFunc` with the generation batch: its per-step samples, if it is scored
+        by step (``step_samples``, or episodes played under a context other than ``append``)."""
+        rl = SimpleNamespace(step_samples=self.step_samples, loss_mask=self.rollout_func.loss_mask, advantage_mask=True)
+        self._batch_steps = batch_steps(trajectories, rl)
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -241,6 +258,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         **multimodal: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         scored = getattr(self, "_scored", None)
+        steps = self._loss_steps if scored is not None else getattr(self, "_batch_steps", None)
+        if steps is not None:
+            return self._step_logps(model, input_ids, attention_mask, logits_to_keep, steps, scored, compute_entropy)
         if (
             scored is None
             or compute_aux_loss
@@ -270,13 +290,52 @@ class AgentGRPOTrainer(GRPOTrainer):
             )
         return logps, entropies, None
 
+    def _step_logps(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        steps: list[list[StepSpan]],
+        scored: torch.Tensor | None,
+        compute_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        """Log-probs with each turn scored after its own step prompt (:mod:`~agent_trainers.algorithms.shared.sequences`)."""
+        if len(steps) != input_ids.shape[0]:
+            raise RuntimeError(f"{len(steps)} rows of step samples for a batch of {input_ids.shape[0]} rows")
+        if not supports_scored_logprobs(model):
+            raise ValueError(
+                f"per-step samples need a plain transformers causal LM (got {type(model).__name__}; PEFT and "
+                "wrapped models are not supported with rl.step_samples or a context other than append)"
+            )
+        inside = covered(steps, logits_to_keep, input_ids.device)
+        want = inside if scored is None else scored.bool()
+        if bool((want & ~inside).any()):
+            raise ValueError("per-step samples score the model's tokens only (rl.loss_mask must be true)")
+        completions = input_ids[:, input_ids.shape[1] - logits_to_keep :]
+        with self.accelerator.autocast():
+            states = step_states(model.base_model, completions.tolist(), steps, logits_to_keep, pad_id=0)
+            logps, entropies = project_scored(
+                model, states, completions, want, temperature=self.temperature, compute_entropy=compute_entropy
+            )
+        return logps, entropies, None
+
     def _get_train_sampler(self, dataset: Any = None) -> Sampler:
         sampler = super()._get_train_sampler(dataset)
         sampler.__class__ = EpochSeededRepeatSampler  # same state, plus set_epoch
         return sampler
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._batch_steps = None
+        try:
+            return self._generate_and_score(inputs)
+        finally:
+            self._batch_steps = None
+
+    def _generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
+        if self._batch_steps is not None:
+            output["step_spans"] = self._batch_steps  # a list: TRL shuffles and splits it with the tensors
         if not self.model.training:
             return output  # evaluation keeps TRL's scalar advantages
         completion_ids = output["completion_ids"]

@@ -114,6 +114,9 @@ class EnvRolloutFunc(EnvRollouts):
         finally:
             trainer.model.train(training)
         self.calls += 1
+        hook = getattr(trainer, "on_trajectories", None)
+        if hook is not None:  # AgentGRPOTrainer: per-step samples of this batch
+            hook(trajectories)
         for name, value in self.last_stats.items():  # dynamic sampling's figures, logged with TRL's own
             trainer._metrics["train" if training else "eval"][name].append(value)
         return {

@@ -35,6 +35,7 @@ TRL_READS = Reads(
             "rl.advantage",
             "rl.gamma",
             "rl.loss_mask",
+            "rl.step_samples",
             "rl.save_steps",
             "rl.vllm",
             "rl.vllm_server_url",
