@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn

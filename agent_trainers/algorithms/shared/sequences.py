@@ -32,7 +32,16 @@ from torch import nn
 
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["STEP_ROWS", "SequenceBatch", "StepSpan", "covered", "batch_steps", "pack_sequences", "step_spans", "step_states"]
+__all__ = [
+    "STEP_ROWS",
+    "SequenceBatch",
+    "StepSpan",
+    "batch_steps",
+    "covered",
+    "pack_sequences",
+    "step_spans",
+    "step_states",
+]
 
 STEP_ROWS = 16
 """Step samples per backbone pass of :func:`step_states`."""
@@ -171,7 +180,10 @@ def step_states(
     for i in range(0, len(work), rows_per_pass):
         part = work[i : i + rows_per_pass]
         packed = pack_sequences(
-            [s.prompt for _, s in part], [completions[r][s.start : s.end] for r, s in part], pad_id=pad_id, device=device
+            [s.prompt for _, s in part],
+            [completions[r][s.start : s.end] for r, s in part],
+            pad_id=pad_id,
+            device=device,
         )
         hidden = backbone(
             input_ids=packed.input_ids,

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -300,7 +300,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         scored: torch.Tensor | None,
         compute_entropy: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
-        """Log-probs with each turn scored after its own step prompt (:mod:`~agent_trainers.algorithms.shared.sequences`)."""
+        """Log-probs with each turn scored after its own step prompt (see ``shared.sequences``)."""
         if len(steps) != input_ids.shape[0]:
             raise RuntimeError(f"{len(steps)} rows of step samples for a batch of {input_ids.shape[0]} rows")
         if not supports_scored_logprobs(model):

@@ -12,8 +12,13 @@ from agent_trainers.policies.scripted import ScriptedPolicy
 from agent_trainers.rollout import RolloutConfig, rollout
 from agent_trainers.rollout.chat import ChatTokenizer
 
-ORACLE = ["<calculator>5 * 11.49</calculator>", "<calculator>7 * 8.49</calculator>",
-          "<calculator>57.45 + 59.43</calculator>", "<calculator>200 - 116.88</calculator>", "<answer>83.12</answer>"]  # fmt: skip
+ORACLE = [
+    "<calculator>5 * 11.49</calculator>",
+    "<calculator>7 * 8.49</calculator>",
+    "<calculator>57.45 + 59.43</calculator>",
+    "<calculator>200 - 116.88</calculator>",
+    "<answer>83.12</answer>",
+]
 """Calculator-v0 task 0's oracle actions in the tags format (83.12 is its answer)."""
 
 
@@ -39,7 +44,9 @@ def _play(kwargs, budget=4096):
     return traj, rec.prompts, tok
 
 
-@pytest.mark.parametrize("context", [{"context": "window", "context_turns": 1}, {"context": "fold", "context_turns": 1}])
+@pytest.mark.parametrize(
+    "context", [{"context": "window", "context_turns": 1}, {"context": "fold", "context_turns": 1}]
+)
 def test_a_view_is_what_the_model_is_fed_and_what_the_trajectory_records(context):
     traj, fed, tok = _play({"action_format": "tags", **context})
     assert traj.stop_reason == "answer" and traj.metrics["answer_em"] == 1.0
