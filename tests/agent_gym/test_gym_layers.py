@@ -21,6 +21,7 @@ FLOORS = {
     "datasets": 1,
     "rewards": 1,
     "wrappers": 1,
+    "registration": 1,
     "testing": 1,
     "envs": 2,
     "integrations": 3,
