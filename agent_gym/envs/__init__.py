@@ -76,6 +76,13 @@ REGISTRY: tuple[EnvEntry, ...] = (
         10,
     ),
     EnvEntry(
+        "AgentR1/TextWorld-v0",
+        "agent_gym.envs.textworld_env:TextWorldEnv",
+        "TextWorld household text games, made locally and cached, played with a command tool (textworld extra)",
+        {},
+        50,
+    ),
+    EnvEntry(
         "AgentR1/Bandit-v0",
         "agent_gym.envs.bandit:BanditEnv",
         "A four-armed bandit as a text task (pull arms, answer the one that pays): a fast toy for RL checks",

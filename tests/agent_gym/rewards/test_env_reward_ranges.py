@@ -12,7 +12,9 @@ import pytest
 import agent_gym  # noqa: F401  (registers the ids)
 from agent_gym.envs import REGISTRY
 
-ENV_IDS = [e.id for e in REGISTRY]
+# TextWorld-v0's episodes end on the winning command, not on an answer given at once (which gives up): its
+# presets' ranges and both their ends are checked in tests/agent_gym/envs/test_textworld.py.
+ENV_IDS = [e.id for e in REGISTRY if e.id != "AgentR1/TextWorld-v0"]
 BROKEN = "<tool_call>{oops</tool_call>"
 NO_EVIDENCE = {"AgentR1/Bandit-v0"}  # tasks without gold evidence: nothing to shape
 FAILING_SQL = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT nope FROM nowhere"}}</tool_call>'
