@@ -167,26 +167,26 @@ class _Episode:
         content, text = self.turn_text
         env_ids = self.chat.env_ids(text, content, new, generation_prompt=not over, tools=self.traj.tools)
         if self.view_mode:  # the history records every token; the budget bounds the next step's prompt
-            t = self.traj
-            t.completion_ids.extend(env_ids)
-            t.loss_mask.extend([0] * len(env_ids))
-            t.logprobs.extend([0.0] * len(env_ids))
-            t.turns[-1].env_end = len(t.completion_ids)
+            self._add_env_tokens(env_ids)
             if not over:
                 self.view_prompt = self.chat.prompt_ids(self.messages, self.traj.tools)
                 if len(self.view_prompt) >= budget:
                     self.finish(StopReason.TOKEN_BUDGET, truncated=True)
                     return
         elif self.length + len(env_ids) <= budget:
-            t = self.traj
-            t.completion_ids.extend(env_ids)
-            t.loss_mask.extend([0] * len(env_ids))
-            t.logprobs.extend([0.0] * len(env_ids))
-            t.turns[-1].env_end = len(t.completion_ids)
+            self._add_env_tokens(env_ids)
         elif not over:
             self.finish(StopReason.TOKEN_BUDGET, truncated=True)
             return
         self.end_if_over(step)
+
+    def _add_env_tokens(self, env_ids: list[int]) -> None:
+        """Append env ids to the completion (loss mask 0, log-prob 0.0) as the latest turn's env span."""
+        t = self.traj
+        t.completion_ids.extend(env_ids)
+        t.loss_mask.extend([0] * len(env_ids))
+        t.logprobs.extend([0.0] * len(env_ids))
+        t.turns[-1].env_end = len(t.completion_ids)
 
     def apply_text_step(self, step: Step) -> None:
         self.record_step(step)
