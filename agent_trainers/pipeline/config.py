@@ -115,6 +115,10 @@ class SFTStageConfig(_Section):
     """Run this stage."""
     episodes: int = Field(default=64, ge=1)
     """Oracle episodes to generate (from the first training tasks)."""
+    flawed_share: float = Field(default=0.0, ge=0, le=1)
+    """Share of those episodes played by the env's flawed demonstrator (``flawed_oracle_action()``, e.g.
+    Calculator-v0's hasty one, which answers one calculation early): demonstrations with a systematic flaw,
+    as from a weaker model, which cloning copies and RL on the outcome can correct."""
     epochs: float = Field(default=2.0, gt=0)
     """Passes over the episodes."""
     learning_rate: float = Field(default=5e-5, gt=0)

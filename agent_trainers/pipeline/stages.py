@@ -169,7 +169,9 @@ def run_sft_stage(state: RunState) -> None:
         return
     tasks = train_tasks(c)
     picks = [tasks[i % len(tasks)] for i in range(c.sft.episodes)]
-    episodes = oracle_episodes(c.env.id, picks, env_kwargs=c.env.train_kwargs, seed=c.seed)
+    episodes = oracle_episodes(
+        c.env.id, picks, env_kwargs=c.env.train_kwargs, seed=c.seed, flawed_share=c.sft.flawed_share
+    )
     args = make_sft_config(
         device=c.device,
         bf16=c.bf16,

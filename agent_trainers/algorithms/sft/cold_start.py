@@ -16,6 +16,7 @@ text get mask 0. The rows go to ``SFTTrainer`` pre-tokenized (``input_ids`` +
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ def oracle_episodes(
     env_kwargs: Mapping[str, Any] | None = None,
     seed: int = 0,
     require_success: bool = True,
+    flawed_share: float = 0.0,
 ) -> list[OracleEpisode]:
     """Play each task with the env's oracle policy.
 
@@ -66,18 +68,28 @@ def oracle_episodes(
         env_kwargs: Keyword arguments for ``gymnasium.make``.
         seed: Episode ``k`` is reset with ``seed + k``.
         require_success: Keep only episodes that end with an answer.
+        flawed_share: Share of the episodes played by the env's flawed demonstrator
+            (``env.unwrapped.flawed_oracle_action()``) instead of its oracle; episode ``k`` is flawed when
+            a draw of ``random.Random(seed + k)`` falls below it, so the choice is the same on every run.
 
     Returns:
         The episodes, in task order.
     """
+    if not 0.0 <= flawed_share <= 1.0:
+        raise ValueError(f"flawed_share must lie in [0, 1], got {flawed_share}")
     env = gym.make(env_id, **dict(env_kwargs or {}))
+    if flawed_share > 0 and not callable(getattr(env.unwrapped, "flawed_oracle_action", None)):
+        env.close()
+        raise ValueError(f"{env_id} has no flawed demonstrator (flawed_oracle_action()); set flawed_share to 0")
     out = []
     try:
         for k, index in enumerate(task_indices):
             _, info = env.reset(seed=seed + k, options={"task_index": int(index)})
+            flawed = flawed_share > 0 and random.Random(seed + k).random() < flawed_share
+            act = env.unwrapped.flawed_oracle_action if flawed else env.unwrapped.oracle_action
             total, done, terminated = 0.0, False, False
             while not done:
-                action = env.unwrapped.oracle_action()
+                action = act()
                 _, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
