@@ -147,7 +147,8 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         context: What the agent sees next (:mod:`agent_gym.core.context`): ``"append"``
             (default: all), ``"window"``, ``"fold"`` or a ``ContextPolicy``; the
             observation and ``info["messages"]`` are its view of ``info["history"]``.
-        context_turns, context_digest_chars: Settings of ``"window"`` / ``"fold"``.
+        context_turns: How many recent turns ``"window"`` / ``"fold"`` show in full.
+        context_digest_chars: How long each folded turn's one-line digest may be (``"fold"``).
         render_mode: ``"ansi"`` or ``None``.
 
     Raises:

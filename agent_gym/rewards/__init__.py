@@ -217,7 +217,9 @@ def env_rubric(
     Args:
         rubric: A complete rubric of your own; ``reward``, ``answer_metric``, ``shaping_gamma`` and
             ``process_terms`` are then not read.
-        reward, answer_metric, shaping_gamma: The preset (see :func:`make_rubric`), used without ``rubric``.
+        reward: The preset's name (see :func:`make_rubric`), used without ``rubric``.
+        answer_metric: The preset's answer metric, used without ``rubric``.
+        shaping_gamma: The preset's shaping discount, used without ``rubric``.
         reward_weights: Term weights by name, applied last (to ``rubric`` too); 0 makes a term a logged metric.
         process_terms: Env-specific terms appended to the ``"process"`` and ``"gated"`` presets.
 
