@@ -17,6 +17,6 @@ _HEADING = re.compile(r"^(\s*)Example:[ \t]*$", flags=re.MULTILINE)
 class ExampleSections(griffe.Extension):
     """Rename each ``Example:`` heading to ``Examples:`` before the docstring is parsed."""
 
-    def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:  # noqa: ARG002 (griffe's hook signature)
+    def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
             obj.docstring.value = _HEADING.sub(r"\1Examples:", obj.docstring.value)
