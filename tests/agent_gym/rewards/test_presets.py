@@ -1,4 +1,4 @@
-"""Reward presets: default weights (as the README states them), exact reward ranges, shaping at γ < 1."""
+"""Reward presets: default weights (as docs/mdp.md states them), exact reward ranges, shaping at γ < 1."""
 
 import math
 import re
@@ -15,7 +15,7 @@ from agent_gym.datasets.metrics import score_answer
 from agent_gym.rewards import make_rubric
 from tests.conftest import LookupEnv
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+MDP_PAGE = Path(__file__).resolve().parents[3] / "docs" / "mdp.md"
 
 
 def test_default_process_weights_and_bounds():
@@ -37,8 +37,8 @@ def test_default_process_weights_and_bounds():
     }
 
 
-def test_readme_weight_table_matches_the_defaults():
-    rows = re.findall(r"^\| `(\w+)`[^|]* \| [^|]+ \| ([\d.]+) \|$", README.read_text(), flags=re.MULTILINE)
+def test_the_documented_weight_table_matches_the_defaults():
+    rows = re.findall(r"^\| `(\w+)`[^|]* \| [^|]+ \| ([\d.]+) \|$", MDP_PAGE.read_text(), flags=re.MULTILINE)
     documented = {name: float(weight) for name, weight in rows}
     actual = {t.name: t.weight for t in make_rubric("process", shaping_gamma=1.0).terms}
     assert documented == actual
