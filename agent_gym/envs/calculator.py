@@ -292,17 +292,17 @@ class CalculatorEnv(ProceduralEnv[ArithmeticTask]):
     def flawed_oracle_action(self) -> str:
         """A hasty demonstrator: the oracle, except that it answers one step early.
 
-        Once every gold step but the last is computed it answers with the last
-        value it computed (a plausible, wrong answer) instead of making the
-        final calculation; before that it acts as :meth:`oracle_action`. A
+        Once every gold step but the last is computed it answers with the
+        second-to-last step's value (a plausible, wrong answer) instead of
+        making the final calculation; otherwise (before that, or when the
+        answer equals an earlier step's value) it acts as :meth:`oracle_action`. A
         stand-in for demonstrations from a weaker model, whose systematic flaw
         cloning copies and an outcome reward can correct (``sft.flawed_share``).
         """
         state = self.state
         assert state is not None, "call reset() first"
-        steps = state.task.steps
-        missing = [s for s in steps if _evidence_id(s.value) not in state.found]
-        if len(missing) != 1 or len(missing) == len(steps):
-            return self.oracle_action()
-        computed = [s for s in steps if _evidence_id(s.value) in state.found]
-        return self.parser.format_answer(format_number(computed[-1].value))
+        *before, last = state.task.steps
+        done = [_evidence_id(s.value) in state.found for s in before]
+        if before and all(done) and _evidence_id(last.value) not in state.found:
+            return self.parser.format_answer(format_number(before[-1].value))
+        return self.oracle_action()

@@ -14,6 +14,7 @@ import agent_gym  # noqa: F401  (registers the ids)
 from agent_gym.envs.calculator import CalculatorEnv, generate_arithmetic_task
 from agent_gym.testing import check_step, check_text_env, run_episode
 from agent_gym.testing.strategies import actions
+from agent_gym.tools.calculator import format_number
 
 
 def _oracle_episode(env, index, seed=0, max_steps=10):
@@ -218,3 +219,42 @@ def test_copies_continue_exactly_like_the_original(how, when):
         if out[2] or out[3]:
             break
     assert out[2] and out[4]["metrics"]["answer_em"] == 1.0
+
+
+def _flawed_episode(index: int, task_seed: int = 0):
+    env = gym.make("AgentR1/Calculator-v0", task_seed=task_seed, action_format="tags")
+    record = run_episode(env, env.unwrapped.flawed_oracle_action, seed=0, options={"task_index": index}, max_steps=10)
+    return record[1:]
+
+
+def test_the_flawed_demonstrator_answers_one_calculation_early():
+    # task 0 of family 0: 5 * 11.49 = 57.45, 7 * 8.49 = 59.43, 57.45 + 59.43 = 116.88, 200 - 116.88 = 83.12
+    steps = _flawed_episode(0)
+    actions = [s[0] for s in steps]
+    assert actions == [
+        "<calculator>5 * 11.49</calculator>",
+        "<calculator>7 * 8.49</calculator>",
+        "<calculator>57.45 + 59.43</calculator>",
+        "<answer>116.88</answer>",
+    ]
+    info = steps[-1][-1]
+    assert steps[-1][3] is True and info["metrics"]["answer_em"] == 0.0 and info["metrics"]["evidence_recall"] == 0.75
+
+
+def test_the_flawed_demonstrator_skips_the_last_step_of_every_task():
+    coincidences = 0
+    for i in range(120):
+        task = generate_arithmetic_task(i)
+        steps = _flawed_episode(i)
+        calls = [s[0] for s in steps[:-1]]
+        if task.answer in {s.value for s in task.steps[:-1]}:  # e.g. calc-0-32: a 20% tip of 690 is 138 a head too
+            assert steps[-1][-1]["metrics"]["answer_em"] == 1.0, task.id  # it acts as the oracle
+            coincidences += 1
+            continue
+        env = gym.make("AgentR1/Calculator-v0", action_format="tags")
+        oracle = run_episode(env, env.unwrapped.oracle_action, seed=0, options={"task_index": i}, max_steps=10)
+        oracle_calls = [s[0] for s in oracle[1:-1]]  # a repeated value is not computed twice (calc-0-45)
+        assert calls == oracle_calls[:-1], task.id
+        assert steps[-1][0] == f"<answer>{format_number(task.steps[-2].value)}</answer>", task.id
+        assert steps[-1][-1]["metrics"]["answer_em"] == 0.0, task.id
+    assert 0 < coincidences < 6

@@ -69,3 +69,27 @@ def test_run_sft_lowers_the_loss_on_assistant_tokens(tmp_path):
     assert len(losses) == 4 and losses[-1] < losses[0]
     with pytest.raises(ValueError, match="at least one"):
         run_sft(model, tok, [], args)
+
+
+def test_flawed_share_picks_the_same_episodes_every_run_and_they_carry_the_flaw():
+    import random
+
+    kwargs = {"task_seed": 0, "action_format": "tags"}
+    tasks = list(range(12))
+    episodes = oracle_episodes("AgentR1/Calculator-v0", tasks, env_kwargs=kwargs, seed=7, flawed_share=0.5)
+    flawed = [random.Random(7 + k).random() < 0.5 for k in range(12)]
+    assert 0 < sum(flawed) < 12  # the draw is a mix at this seed
+    assert [e.metrics["answer_em"] for e in episodes] == [0.0 if f else 1.0 for f in flawed]
+    again = oracle_episodes("AgentR1/Calculator-v0", tasks, env_kwargs=kwargs, seed=7, flawed_share=0.5)
+    assert [e.messages for e in again] == [e.messages for e in episodes]
+    plain = oracle_episodes("AgentR1/Calculator-v0", tasks, env_kwargs=kwargs)
+    assert all(e.metrics["answer_em"] == 1.0 for e in plain)
+    every = oracle_episodes("AgentR1/Calculator-v0", tasks, env_kwargs=kwargs, flawed_share=1.0)
+    assert all(e.metrics["answer_em"] == 0.0 for e in every)
+
+
+def test_flawed_share_is_refused_for_an_env_without_a_flawed_demonstrator_or_out_of_range():
+    with pytest.raises(ValueError, match="no flawed demonstrator"):
+        oracle_episodes(ENV_ID, [0], flawed_share=0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        oracle_episodes("AgentR1/Calculator-v0", [0], flawed_share=1.5)
