@@ -161,6 +161,13 @@ def test_the_readme_is_a_landing_page():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; the reference belongs in docs/"
 
 
+def test_the_readme_links_to_pages_that_exist():
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    local = [link.split("#")[0] for link in links if "://" not in link and not link.startswith("#")]
+    assert len(local) > 20 and all(link.startswith("docs/") for link in local)
+    assert [link for link in local if not (ROOT / link).is_file()] == []
+
+
 def test_the_readme_states_the_test_commands_ci_calls():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").replace("\\\n", " ")
     calls = [" ".join(line.split()) for line in ci.splitlines() if line.strip().startswith("bash scripts/test.sh")]
