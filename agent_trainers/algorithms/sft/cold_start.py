@@ -78,14 +78,13 @@ def oracle_episodes(
     if not 0.0 <= flawed_share <= 1.0:
         raise ValueError(f"flawed_share must lie in [0, 1], got {flawed_share}")
     env = gym.make(env_id, **dict(env_kwargs or {}))
-    if flawed_share > 0 and not callable(getattr(env.unwrapped, "flawed_oracle_action", None)):
-        env.close()
-        raise ValueError(f"{env_id} has no flawed demonstrator (flawed_oracle_action()); set flawed_share to 0")
     out = []
     try:
+        if flawed_share > 0 and not callable(getattr(env.unwrapped, "flawed_oracle_action", None)):
+            raise ValueError(f"{env_id} has no flawed demonstrator (flawed_oracle_action()); set flawed_share to 0")
         for k, index in enumerate(task_indices):
             _, info = env.reset(seed=seed + k, options={"task_index": int(index)})
-            flawed = flawed_share > 0 and random.Random(seed + k).random() < flawed_share
+            flawed = random.Random(seed + k).random() < flawed_share
             act = env.unwrapped.flawed_oracle_action if flawed else env.unwrapped.oracle_action
             total, done, terminated = 0.0, False, False
             while not done:
