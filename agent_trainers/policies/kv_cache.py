@@ -41,11 +41,25 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import CacheLayerMixin, DynamicLayer, LinearAttentionCacheLayerMixin
 
-__all__ = ["CacheStats", "EpisodeKVCache", "GrowingLayer", "supports_kv_reuse"]
+__all__ = ["CacheLayer", "CacheStats", "EpisodeKVCache", "GrowingLayer", "layer_kv", "supports_kv_reuse"]
 
 KV = tuple[torch.Tensor, torch.Tensor]
+
+CacheLayer = CacheLayerMixin | LinearAttentionCacheLayerMixin
+"""What a ``transformers`` cache holds per layer (the type of ``Cache.layers``' items)."""
+
+
+def layer_kv(layer: CacheLayer) -> KV:
+    """The keys and values of a filled attention cache layer (the only kind the caches built here hold).
+
+    Raises:
+        TypeError: A linear-attention layer (no keys and values), or one not filled yet.
+    """
+    if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+        raise TypeError(f"expected a filled attention cache layer, got {type(layer).__name__}")
+    return layer.keys, layer.values
 
 
 def supports_kv_reuse(model: Any) -> bool:
@@ -70,6 +84,9 @@ class GrowingLayer(DynamicLayer):
         values: The matching values' buffer.
         length: Positions already filled.
     """
+
+    keys: torch.Tensor  # set here, never None (``CacheLayerMixin`` starts them as None)
+    values: torch.Tensor
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
         super().__init__()
@@ -217,14 +234,14 @@ class EpisodeKVCache:
             use_cache=True,
             logits_to_keep=1,
         )
+
+        def cut(t: torch.Tensor, r: int, k: int, n: int) -> torch.Tensor:
+            """Row ``r``'s ``k`` cached positions and ``n`` new ones, without the padding."""
+            return torch.cat([t[r : r + 1, :, old - k : old], t[r : r + 1, :, old + width - n :]], dim=2)
+
         for r, (entry, new) in enumerate(pending):
             n, k = len(new), len(entry.tokens)
-            entry.layers = [
-                tuple(
-                    torch.cat([t[r : r + 1, :, old - k : old], t[r : r + 1, :, old + width - n :]], dim=2) for t in kv
-                )
-                for kv in ((layer.keys, layer.values) for layer in past.layers)
-            ]
+            entry.layers = [(cut(keys, r, k, n), cut(values, r, k, n)) for keys, values in map(layer_kv, past.layers)]
             entry.tokens = entry.tokens + new
             self.stats.prefilled += n
 
@@ -257,7 +274,7 @@ class EpisodeKVCache:
             use_cache=True,
             logits_to_keep=1,
         )
-        entry.layers = [(layer.keys, layer.values) for layer in past.layers]
+        entry.layers = [layer_kv(layer) for layer in past.layers]
         entry.tokens = entry.tokens + new
         self.stats.prefilled += len(new)
 
@@ -271,7 +288,7 @@ class EpisodeKVCache:
         if width <= 1 or not any(e.layers for e in entries):
             return DynamicCache()
         ref = next(e.layers for e in entries if e.layers)
-        layers = []
+        layers: list[CacheLayer] = []
         for i, (k_ref, v_ref) in enumerate(ref):
             keys = k_ref.new_zeros((len(entries), k_ref.shape[1], width - 1 + room, k_ref.shape[3]))
             values = v_ref.new_zeros((len(entries), v_ref.shape[1], width - 1 + room, v_ref.shape[3]))
@@ -305,7 +322,7 @@ class EpisodeKVCache:
             if end > length:
                 raise RuntimeError(f"the cache holds {length} positions; row {row} needs {end}")
             layers = [
-                (layer.keys[row : row + 1, :, start:end].clone(), layer.values[row : row + 1, :, start:end].clone())
-                for layer in cache.layers
+                (keys[row : row + 1, :, start:end].clone(), values[row : row + 1, :, start:end].clone())
+                for keys, values in map(layer_kv, cache.layers)
             ]
             self.entries[key] = _Entry(tokens, layers)

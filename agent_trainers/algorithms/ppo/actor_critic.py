@@ -33,16 +33,17 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from agent_trainers.algorithms.ppo.config import CriticKind
-from agent_trainers.algorithms.shared.logprobs import completion_states, logit_transform, project_scored
+from agent_trainers.algorithms.shared.logprobs import completion_states, logit_transform, model_config, project_scored
 from agent_trainers.algorithms.shared.sequences import SequenceBatch, StepSpan, covered, pack_sequences, step_states
 
 __all__ = ["ActorCritic", "CriticKind", "SequenceBatch", "pack_sequences", "policy_scores"]
 
 
 def policy_scores(
-    policy: nn.Module,
+    policy: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
     prompt_width: int,
     valid: torch.Tensor,
@@ -126,7 +127,7 @@ class ActorCritic(nn.Module):
 
     def __init__(
         self,
-        policy: nn.Module,
+        policy: PreTrainedModel,
         critic: CriticKind | str = CriticKind.VALUE_HEAD,
         *,
         critic_backbone: nn.Module | None = None,
@@ -140,7 +141,7 @@ class ActorCritic(nn.Module):
         self.critic: nn.Module | None = None
         if self.kind is CriticKind.SEPARATE:
             self.critic = critic_backbone if critic_backbone is not None else copy.deepcopy(policy.base_model)
-        hidden = (self.critic if self.critic is not None else policy).config.hidden_size
+        hidden = model_config(self.critic if self.critic is not None else policy).hidden_size
         self.value_head = nn.Linear(hidden, 1, dtype=torch.float32, device=next(policy.parameters()).device)
         nn.init.zeros_(self.value_head.weight)  # values start at 0; the head learns from the first value loss
         nn.init.zeros_(self.value_head.bias)

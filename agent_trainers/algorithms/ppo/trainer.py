@@ -44,11 +44,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from accelerate import Accelerator
-from transformers import TrainerCallback, TrainerControl, TrainerState, get_scheduler
+from transformers import PreTrainedModel, TrainerCallback, TrainerControl, TrainerState, get_scheduler
 
 from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, pack_sequences, policy_scores
 from agent_trainers.algorithms.ppo.config import CriticKind, KLPlacement, PPOConfig, ValueLevel, check_ppo_settings
@@ -343,8 +343,9 @@ class PPOTrainer:
                 seq = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
                 agent = batch.rewards.model_mask[rows, :width]
                 width_p = inputs["prompt_width"]
+                reference = cast(PreTrainedModel, model)  # the reference is a copy of the causal LM policy
                 lp, _, _ = policy_scores(
-                    model, seq, width_p, agent, temperature=temperature, chunk=chunk, steps=inputs["steps"]
+                    reference, seq, width_p, agent, temperature=temperature, chunk=chunk, steps=inputs["steps"]
                 )
             logprobs[rows, :width] = lp.float()
         return logprobs, out_values

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -32,6 +32,14 @@ from agent_trainers.policies.loader import Device
 from agent_trainers.rollout.chat import ChatTokenizer, tokenize_chat
 
 __all__ = ["OracleEpisode", "make_sft_config", "oracle_episodes", "run_sft", "tokenize_episode"]
+
+
+class _Demonstrators(Protocol):
+    """An env's demonstrators: its oracle, and (some envs) a flawed one; each returns the next action."""
+
+    def oracle_action(self) -> str: ...
+
+    def flawed_oracle_action(self) -> str: ...
 
 
 @dataclass
@@ -85,7 +93,8 @@ def oracle_episodes(
         for k, index in enumerate(task_indices):
             _, info = env.reset(seed=seed + k, options={"task_index": int(index)})
             flawed = random.Random(seed + k).random() < flawed_share
-            act = env.unwrapped.flawed_oracle_action if flawed else env.unwrapped.oracle_action
+            demonstrators = cast(_Demonstrators, env.unwrapped)  # a flawed one is checked for above
+            act = demonstrators.flawed_oracle_action if flawed else demonstrators.oracle_action
             total, done, terminated = 0.0, False, False
             while not done:
                 action = act()

@@ -242,10 +242,11 @@ def _step_baselines(
     g, n = batch.group_size, values.shape[0]
     baseline, divisor, turn_value = values.clone(), torch.ones_like(values), values.clone()
     groups = [_units(values, batch, start, g, key) for start in range(0, n, g)]
-    batch_std = None
+    batch_std: torch.Tensor | float = 1.0  # read under the batch scale only, where some unit exists
     if scale is ScaleRewards.BATCH:  # the std of every unit of the batch, shared by all comparisons
         units = [v for compared in groups for members in compared.values() for _, _, v in members]
-        batch_std = _std(torch.stack(units)) + eps if units else None
+        if units:
+            batch_std = _std(torch.stack(units)) + eps
     for compared in groups:
         for members in compared.values():
             if len(members) < 2:

@@ -57,17 +57,17 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agent_trainers.policies.kv_cache import supports_kv_reuse
+from agent_trainers.policies.kv_cache import CacheLayer, layer_kv, supports_kv_reuse
 
 __all__ = [
     "TOKEN_CHUNK",
@@ -76,6 +76,7 @@ __all__ = [
     "freeze",
     "frozen_copy",
     "logit_transform",
+    "model_config",
     "project_scored",
     "scored_token_logprobs",
     "shared_prompt_token_logprobs",
@@ -87,6 +88,8 @@ KV = tuple[torch.Tensor, torch.Tensor]
 
 TOKEN_CHUNK = 512
 """Hidden states per block of full-vocabulary logits (PPO's ``ppo.logit_chunk`` sets its own)."""
+
+_ModuleT = TypeVar("_ModuleT", bound=nn.Module)
 
 _SOFTCAP_FIELDS = ("final_logit_softcapping",)
 _SCALE_FIELDS = ("logit_scale", "output_multiplier", "output_multiplier_scale", "lm_head_multiplier", "logits_scaling")
@@ -108,7 +111,13 @@ def logit_transform(model: Any) -> str | None:
     return None
 
 
-def freeze(model: nn.Module) -> nn.Module:
+def model_config(model: nn.Module) -> PreTrainedConfig:
+    """The ``config`` of a ``transformers`` model held as a plain ``nn.Module`` (a causal LM's ``base_model``,
+    a critic's backbone), which types any attribute it does not declare as a parameter or a submodule."""
+    return cast(PreTrainedConfig, model.config)
+
+
+def freeze(model: _ModuleT) -> _ModuleT:
     """``model`` in eval mode with every parameter's gradient off (returned for chaining)."""
     model.eval()
     for p in model.parameters():
@@ -116,7 +125,7 @@ def freeze(model: nn.Module) -> nn.Module:
     return model
 
 
-def frozen_copy(model: nn.Module) -> nn.Module:
+def frozen_copy(model: _ModuleT) -> _ModuleT:
     """A frozen deep copy of ``model``: the KL reference policy as RL starts."""
     return freeze(copy.deepcopy(model))
 
@@ -358,6 +367,9 @@ class _RecordOnce(DynamicLayer):
 class _ReadOnlyPrefix(DynamicLayer):
     """A row pass's cache layer: a prompt's keys and values, read and never appended to."""
 
+    keys: torch.Tensor  # set here, never None (``CacheLayerMixin`` starts them as None)
+    values: torch.Tensor
+
     def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()
         self.lazy_initialization(keys, values)
@@ -367,7 +379,7 @@ class _ReadOnlyPrefix(DynamicLayer):
         return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
 
 
-def _cache(layers: list[DynamicLayer]) -> DynamicCache:
+def _cache(layers: list[CacheLayer]) -> DynamicCache:
     cache = DynamicCache()
     cache.layers = layers
     return cache
@@ -426,9 +438,9 @@ def _row_states(
     """
     key = (tuple(ids[:p].tolist()), tuple(attention[:p].tolist()))
     if key not in prompts:
-        cache = _cache([_RecordOnce() for _ in range(base.config.num_hidden_layers)])
+        cache = _cache([_RecordOnce() for _ in range(model_config(base).num_hidden_layers)])
         out = base(input_ids=ids[None, :p], attention_mask=attention[None, :p], past_key_values=cache, use_cache=False)
-        prompts[key] = ([(layer.keys, layer.values) for layer in cache.layers], out.last_hidden_state[0, -1:])
+        prompts[key] = ([layer_kv(layer) for layer in cache.layers], out.last_hidden_state[0, -1:])
     layers, last = prompts[key]
     if end == 1:
         return last

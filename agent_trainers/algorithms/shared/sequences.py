@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agent_trainers.algorithms.shared.logprobs import model_config
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = [
@@ -175,7 +176,7 @@ def step_states(
         if s.start < 0 or s.end > min(len(completions[r]), width) or not s.prompt:
             raise ValueError(f"row {r}: step span {s.start}:{s.end} lies outside its completion (or has no prompt)")
     device = next(backbone.parameters()).device
-    hidden_size = backbone.config.hidden_size
+    hidden_size = model_config(backbone).hidden_size
     out: torch.Tensor | None = None
     for i in range(0, len(work), rows_per_pass):
         part = work[i : i + rows_per_pass]

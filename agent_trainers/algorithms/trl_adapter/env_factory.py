@@ -37,12 +37,12 @@ import inspect
 import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environments)
-from agent_gym.core.env import EpisodeOverError
+from agent_gym.core.env import EpisodeOverError, ToolEnv
 
 __all__ = ["ANSWER_METHOD", "ANSWER_TOOL_INSTRUCTION", "TRLEnvironment", "make_environment_factory", "trl_dataset_rows"]
 
@@ -179,7 +179,7 @@ def _tool_method(name: str, schema: Mapping[str, Any]) -> Callable[..., str]:
 
     def method(self: TRLEnvironment, **arguments: Any) -> str:
         arguments = {k: v for k, v in arguments.items() if v is not None or k in required}
-        parser = self.env.unwrapped.parser
+        parser = cast(ToolEnv[Any], self.env.unwrapped).parser
         return self._act(parser.format_call(name, arguments))
 
     method.__name__ = method.__qualname__ = name
@@ -247,8 +247,9 @@ def _task_description(env_id: str, env_kwargs: Mapping[str, Any]) -> str:
     env = gym.make(env_id, **dict(env_kwargs))
     try:
         env.reset(seed=0, options={"task_index": 0})
-        base = env.unwrapped
+        base = cast(ToolEnv[Any], env.unwrapped)
         tools = list(base.tools.values())
+        assert base.state is not None  # the reset above started an episode
         full = base.system_prompt(base.state.task, tools)
         return for_answer_tool(full.replace(base.parser.instructions(tools), "")).strip()
     finally:

@@ -53,8 +53,8 @@ from typing import Any
 
 import torch
 from torch.utils.data import Sampler
-from transformers import TrainerCallback
-from trl import GRPOTrainer
+from transformers import PreTrainedModel, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, add_fused_lm_head
 
 from agent_trainers.algorithms.shared.advantages import (
@@ -178,6 +178,13 @@ class AgentGRPOTrainer(GRPOTrainer):
         ...     processing_class=tok, train_dataset=ds, rollout_func=EnvRolloutFunc(rows),
         ...     algorithm="rloo", advantage="turn")  # doctest: +SKIP
     """
+
+    # narrower than TRL declares them, as this trainer is built: with a model, GRPOConfig arguments, the
+    # EnvRolloutFunc that __init__ requires, and a group size it checks against the estimator's minimum
+    model: PreTrainedModel | torch.nn.Module
+    args: GRPOConfig
+    rollout_func: EnvRolloutFunc
+    num_generations: int
 
     def __init__(
         self,
