@@ -205,7 +205,7 @@ def cut_at_stop(
             return t + 1, True
         if stop:
             tail = tokenizer.decode(
-                ids[max(0, t + 1 - window) : t + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False
+                list(ids[max(0, t + 1 - window) : t + 1]), skip_special_tokens=False, clean_up_tokenization_spaces=False
             )
             if any(s in tail for s in stop):
                 return t + 1, True

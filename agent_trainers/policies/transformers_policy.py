@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import (
@@ -75,7 +75,7 @@ class _StopOnText(StoppingCriteria):
         )
         for i, tail in enumerate(tails):
             done[i] = any(s in tail for s in self.stop)
-        return done
+        return cast(torch.BoolTensor, done)  # transformers names the legacy BoolTensor type; any bool tensor does
 
 
 def _bf16_copy(model: Any) -> Any:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from transformers import PreTrainedTokenizerBase
 
@@ -88,7 +88,8 @@ class ChatTokenizer:
             {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}, key=len, reverse=True
         )
         """The text of every special token (``<|im_start|>``, ``<|im_end|>``, ...): control, never content."""
-        self.control_ids = frozenset(tokenizer.convert_tokens_to_ids(self.control_tokens))
+        # a list of tokens gives a list of ids (transformers types the result as either)
+        self.control_ids = frozenset(cast(list[int], tokenizer.convert_tokens_to_ids(self.control_tokens)))
         if check:
             self._check_context_free()
 
@@ -97,12 +98,13 @@ class ChatTokenizer:
         self, messages: Sequence[Mapping[str, Any]], *, generation_prompt: bool, tools: Sequence[Any] | None = None
     ) -> str:
         """The template's text for ``messages``."""
-        return self.tokenizer.apply_chat_template(
+        rendered = self.tokenizer.apply_chat_template(
             [dict(m) for m in messages],
             tools=list(tools) if tools else None,
             tokenize=False,
             add_generation_prompt=generation_prompt,
         )
+        return cast(str, rendered)  # tokenize=False: the text (transformers types every output kind)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added)."""
@@ -133,7 +135,8 @@ class ChatTokenizer:
         Raises:
             TemplateDriftError: The template does not render such a content verbatim.
         """
-        masked, hidden = [], []
+        masked: list[dict[str, Any]] = []
+        hidden: list[str] = []
         for m in messages:
             content = m.get("content")
             if isinstance(content, str) and self.holds_control(content):
@@ -156,7 +159,8 @@ class ChatTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The exact text of ``ids`` (special tokens kept, no clean-up)."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return cast(str, text)  # one sequence decodes to one string (transformers types a batch's list too)
 
     # -------------------------------------------------------- incremental
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> list[int]:

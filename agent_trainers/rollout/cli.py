@@ -19,13 +19,16 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from agent_trainers.errors import one_line
 from agent_trainers.policies.threads import apply_threads, parse_threads
 from agent_trainers.rollout.config import RolloutConfig
+
+if TYPE_CHECKING:
+    from pydantic._internal._dataclasses import PydanticDataclass
 
 __all__ = ["add_rollout_options", "build_parser", "rollout_config_from_args", "run_rollout_cli"]
 
@@ -44,8 +47,10 @@ def add_rollout_options(parser: argparse.ArgumentParser, defaults: RolloutConfig
     """
     group = parser.add_argument_group("rollout settings (the `rollout:` section of an agent-r1 config)")
     defaults = RolloutConfig() if defaults is None else defaults
+    # pydantic's decorator adds __pydantic_fields__, which type checkers do not see on the class
+    fields = cast("type[PydanticDataclass]", RolloutConfig).__pydantic_fields__
     for f in dataclasses.fields(RolloutConfig):
-        info = RolloutConfig.__pydantic_fields__[f.name]
+        info = fields[f.name]
         default = getattr(defaults, f.name)
         group.add_argument(
             "--" + f.name.replace("_", "-"),

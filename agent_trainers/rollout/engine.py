@@ -231,10 +231,11 @@ def rollout(
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1 (got {group_size})")
     cfg = config if config is not None else RolloutConfig()
-    token_mode = isinstance(policy, TokenPolicy)
-    if not token_mode and not isinstance(policy, ChatPolicy):
+    chat: ChatTokenizer | None = None
+    if isinstance(policy, TokenPolicy):
+        chat = ChatTokenizer(policy.tokenizer)
+    elif not isinstance(policy, ChatPolicy):
         raise TypeError(f"policy must have generate(prompts, params) or generate_chat(...) (got {type(policy)})")
-    chat = ChatTokenizer(policy.tokenizer) if token_mode else None
     if make_env is None and cfg.env_actors:
         from agent_trainers.rollout.ray_pool import shared_pool
 
@@ -245,7 +246,7 @@ def rollout(
     bar = _progress_bar(episodes) if progress is True else progress
     done = _Notifier(episodes, on_episode_end, bar if isinstance(bar, RolloutProgress) else None)
     try:
-        if token_mode:
+        if isinstance(policy, TokenPolicy):
             _play_tokens(policy, episodes, cfg, done)
         else:
             _play_text(policy, episodes, cfg, done)
@@ -326,7 +327,7 @@ def _make_episodes(
 
 def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConfig, notify: _Notifier) -> None:
     stop = stop_strings_for(episodes[0].env) if episodes else []
-    sessions = isinstance(policy, SessionPolicy)
+    session_policy = policy if isinstance(policy, SessionPolicy) else None  # the same policy, typed as taking sessions
     while live := [ep for ep in episodes if not ep.done]:
         by_limit: dict[int, list[_Episode]] = {}
         for ep in live:
@@ -339,7 +340,11 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
         for limit, group in by_limit.items():
             prompts = [ep.next_prompt() for ep in group]
             params = cfg.sampling(stop, limit)
-            gens = policy.generate(prompts, params, sessions=group) if sessions else policy.generate(prompts, params)
+            gens = (
+                session_policy.generate(prompts, params, sessions=group)
+                if session_policy is not None
+                else policy.generate(prompts, params)
+            )
             notify.generated(gens)
             for ep, gen in zip(group, gens, strict=True):
                 action = ep.add_model_turn(gen)
@@ -348,8 +353,8 @@ def _play_tokens(policy: TokenPolicy, episodes: list[_Episode], cfg: RolloutConf
                 else:
                     stepping.append((ep, action))
         _step_all(stepping, cfg, lambda ep, step: ep.apply_step(step, cfg.max_total_tokens))
-        if sessions:
-            policy.end_sessions([ep for ep in live if ep.done])  # free their KV caches now
+        if session_policy is not None:
+            session_policy.end_sessions([ep for ep in live if ep.done])  # free their KV caches now
         notify()
 
 

@@ -197,7 +197,8 @@ class RayEnvPool:
             raise ImportError("RayEnvPool needs Ray: pip install 'agent-r1-gym[ray]' (ray==2.60.0)") from exc
         self._ray = ray
         actor = ray.remote(_EnvHost).options(max_concurrency=max_concurrency, num_cpus=num_cpus_per_actor)
-        self.hosts = [actor.remote(setup) for _ in range(num_actors)]
+        # Ray types a handle's methods as _EnvHost's plain ones: their .remote() exists at run time only
+        self.hosts: list[Any] = [actor.remote(setup) for _ in range(num_actors)]
         self._keys = itertools.count()
         self._ready_timeout_s, self._ready = ready_timeout_s, False
 
