@@ -25,11 +25,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
+from agent_gym.core.env import ToolEnv
 from agent_trainers.evaluation.records import EpisodeRecord, TaskInfo, answer_scores, record_from_trajectory
 from agent_trainers.policies.sampling import ChatPolicy, SamplingParams, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
@@ -172,7 +173,7 @@ def _open(s: MethodSettings, info: TaskInfo, retrieve: bool) -> _Question:
     if "search" not in names:
         env.close()
         raise ValueError(f"naive-rag needs an env with a `search` tool; {s.env_id} has {names}")
-    call = env.unwrapped.parser.format_call("search", {"query": info.question})
+    call = cast(ToolEnv[Any], env.unwrapped).parser.format_call("search", {"query": info.question})
     _obs, reward, _term, _trunc, step = env.step(call)  # the harness's search, through the env's own tool
     q.reward = float(reward)
     q.evidence = (int(step["evidence_found"]), int(step["evidence_total"]))
@@ -200,7 +201,9 @@ def _generate(policy: Any, conversations: list[list[dict[str, Any]]], params: Sa
 
 def _finish(q: _Question, reply: dict[str, Any], s: MethodSettings) -> EpisodeRecord:
     answer = baseline_answer(reply["text"])
-    _obs, reward, terminated, truncated, step = q.env.step(q.env.unwrapped.parser.format_answer(answer))
+    _obs, reward, terminated, truncated, step = q.env.step(
+        cast(ToolEnv[Any], q.env.unwrapped).parser.format_answer(answer)
+    )
     q.env.close()
     metrics = {k: float(v) for k, v in step.get("metrics", {}).items()}
     ids = list(reply["ids"])

@@ -17,13 +17,16 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
 from agent_trainers.evaluation.metrics import ANSWER_METRICS, METRICS
 from agent_trainers.rollout.export import trajectory_to_dict
 from agent_trainers.rollout.types import Trajectory
+
+if TYPE_CHECKING:
+    from agent_gym.core.env import ToolEnv
 
 __all__ = ["EpisodeRecord", "MissingMetricError", "TaskInfo", "describe_tasks", "record_from_trajectory"]
 
@@ -152,7 +155,7 @@ def describe_tasks(env: gym.Env, indices: Sequence[int]) -> list[TaskInfo]:
     The task records are read from ``env.unwrapped`` (metadata only: every
     episode is played through the env as ``gymnasium.make`` returns it).
     """
-    base = env.unwrapped
+    base = cast("ToolEnv[Any]", env.unwrapped)
     out = []
     for i in indices:
         task = base.load_task(int(i))
@@ -168,7 +171,7 @@ def describe_tasks(env: gym.Env, indices: Sequence[int]) -> list[TaskInfo]:
 
 def score_names(env: gym.Env, index: int) -> tuple[str, ...]:
     """The names of the env's answer scores (e.g. ``("em", "f1", "substring")``), probed with an empty answer."""
-    base = env.unwrapped
+    base = cast("ToolEnv[Any]", env.unwrapped)
     return tuple(base.score_answer(base.load_task(int(index)), ""))
 
 

@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
+from agent_gym.core.env import ToolEnv
 from agent_trainers.evaluation.methods import Method, MethodSettings, play
 from agent_trainers.evaluation.outputs import EvalFolder
 from agent_trainers.evaluation.records import EpisodeRecord, TaskInfo, describe_tasks, score_names
@@ -132,7 +133,7 @@ def _task_env(spec: EvalSpec) -> gym.Env:
 def _tasks(spec: EvalSpec) -> tuple[list[TaskInfo], tuple[str, ...]]:
     env = _task_env(spec)
     try:
-        n = int(env.unwrapped.num_tasks())
+        n = int(cast(ToolEnv[Any], env.unwrapped).num_tasks())  # _task_env checked that it has num_tasks
         end = min(n, spec.start + spec.limit) if spec.limit else n
         if spec.start >= n:
             raise ValueError(f"start {spec.start} is past the last task of {spec.env_id} ({n} tasks)")
@@ -163,8 +164,8 @@ class _EvalProgress:
         from tqdm import tqdm
 
         self.total = total
-        self.turns = None
-        self.bar = None
+        self.turns: RolloutProgress | None = None
+        self.bar: tqdm | None = None
         if spec.method.multi_turn:
             self.turns = RolloutProgress(total, spec.rollout.max_turns, desc=spec.name, done=done, disable=not enabled)
         else:
@@ -174,13 +175,16 @@ class _EvalProgress:
         em = f"em {sum(x.scores['em'] for x in done.values()) / len(done):.3f}" if "em" in r.scores else ""
         if self.turns is not None:
             self.turns.set_note(", ".join(x for x in (f"{len(done)}/{self.total} q", em) if x))
-        else:
+        elif self.bar is not None:  # the one-turn baseline's bar (exactly one of the two is set)
             self.bar.update(1)
             if em:
                 self.bar.set_postfix_str(em)
 
     def close(self) -> None:
-        (self.turns if self.turns is not None else self.bar).close()
+        if self.turns is not None:
+            self.turns.close()
+        elif self.bar is not None:
+            self.bar.close()
 
 
 def run_eval(

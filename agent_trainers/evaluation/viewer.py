@@ -166,7 +166,7 @@ def read_cards(path: str | Path, tokenizer: Any = None) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     lines = read_lines(path)
-    cards = []
+    cards: list[dict[str, Any]] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
