@@ -159,6 +159,8 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    action_space: TextSpace
+    observation_space: TextSpace
 
     def __init__(
         self,
@@ -253,7 +255,11 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         raise KeyError(f"no task with id {task_id!r}")
 
     # -------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, ResetInfo]:
+    # gymnasium declares the info as dict[str, Any]; ours is a TypedDict (a plain dict at run time), which
+    # type checkers do not count as a dict[str, Any] (PEP 589), so these two overrides are flagged
+    def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, ResetInfo]:
         """Start an episode.
 
         Options:
@@ -284,7 +290,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         tool_schemas = [t.schema() for t in tools]  # fixed for the episode, so only at reset
         return self._render_observation(), ResetInfo(**self._info(state, new_from=0), tools=tool_schemas)
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:  # type: ignore[override]
         """Parse the action, run its tools, apply the transition, score it, observe.
 
         Any ``str`` is a legal action (malformed text gets an error observation
@@ -416,7 +422,7 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         n = self.num_tasks()
         if "task_index" in options:
             index = options["task_index"]
-            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < n:
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= int(index) < n:
                 raise ValueError(f"options['task_index'] must be an int in [0, {n}) (got {index!r})")
             return int(index)
         if "task_id" in options:

@@ -12,7 +12,12 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+if TYPE_CHECKING:  # the mixin is only ever combined with uvicorn's H11Protocol (see ConnectionLimits.protocol)
+    from uvicorn.protocols.http.h11_impl import H11Protocol as _GuardBase
+else:
+    _GuardBase = object
 
 __all__ = ["BackgroundServer", "ConnectionLimits"]
 
@@ -21,7 +26,7 @@ _LOG = logging.getLogger("agent_gym.core.serving")
 _WARNED = [float("-inf")]  # when the last "too many connections" line was logged (one per 10 s under a flood)
 
 
-class _Guard:
+class _Guard(_GuardBase):
     """The deadlines and the connection cap, mixed in before uvicorn's ``H11Protocol`` (see ``protocol()``)."""
 
     limits: "ConnectionLimits"
@@ -29,13 +34,15 @@ class _Guard:
     _timer: asyncio.TimerHandle | None = None
     _upgraded = False
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._opened = self.loop.time()
         if len(self.connections) <= self.limits.max_connections:  # the common case: no scan of the others
             self._update_deadline()
             return
-        live = [c for c in self.connections if c.transport is not None and not c.transport.is_closing()]
+        # every connection of the server is one of these (the server's only protocol class mixes this in)
+        others = cast("set[_Guard]", self.connections)
+        live = [c for c in others if c.transport is not None and not c.transport.is_closing()]
         excess = len(live) - self.limits.max_connections
         if excess > 0:  # asyncio accepts a burst before any connection_made runs: close them all
             waiting = sorted((c for c in live if c is not self and getattr(c, "_phase", None) == "head"),
@@ -152,7 +159,7 @@ class BackgroundServer:
         app: Any,
         host: str = "127.0.0.1",
         port: int = 0,
-        lifespan: str = "off",
+        lifespan: Literal["auto", "on", "off"] = "off",
         limits: ConnectionLimits | None = None,
     ) -> None:
         import uvicorn

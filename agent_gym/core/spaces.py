@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,7 @@ class TextSpace(Text):
     def __hash__(self) -> int:
         return hash(("TextSpace", self.min_length, self.max_length))
 
-    def to_jsonable(self, sample_n: Sequence[str]) -> list[str]:
+    def to_jsonable(self, sample_n: Iterable[str]) -> list[str]:
         return list(sample_n)
 
     def from_jsonable(self, sample_n: Sequence[str]) -> list[str]:

@@ -100,8 +100,13 @@ class Tool:
             raise ValueError(f"tool name must be an identifier, got {self.name!r}")
         self._validator = _validator_for(self.parameters)
 
-    def run(self, ctx: ToolContext, **arguments: Any) -> ToolResult | str:
+    def run(self, ctx: ToolContext, *args: Any, **arguments: Any) -> ToolResult | str:
         """Execute the tool on validated arguments.
+
+        :meth:`call` passes ``ctx`` and then the arguments by name, so a
+        subclass declares its own (``def run(self, ctx, query: str)``); the
+        ``*args: Any, **arguments: Any`` here tell type checkers exactly that
+        (any signature after ``ctx`` is a valid override).
 
         Return a :class:`ToolResult`, or a ``str`` for a plain success. Raising
         is allowed: :meth:`call` turns any exception into an error result.

@@ -269,10 +269,11 @@ def _decomposition(rec: Mapping[str, Any], by_idx: Mapping[int, str]) -> tuple[S
     for j, step in enumerate(steps):
         if not isinstance(step, Mapping):
             raise _RecordError(f"question_decomposition[{j}] must be an object")
-        idx = step.get("paragraph_support_idx")
-        if idx is not None:
-            idx = _index(idx, f"question_decomposition[{j}].paragraph_support_idx")
-        out.append(SubQuestion(str(step.get("question", "")), str(step.get("answer", "")), by_idx.get(idx)))
+        raw_idx = step.get("paragraph_support_idx")
+        title = None
+        if raw_idx is not None:
+            title = by_idx.get(_index(raw_idx, f"question_decomposition[{j}].paragraph_support_idx"))
+        out.append(SubQuestion(str(step.get("question", "")), str(step.get("answer", "")), title))
     return tuple(out)
 
 
@@ -303,7 +304,7 @@ def _parse_musique(rec: Mapping[str, Any]) -> QATask:
         question=_get(rec, "question", str),
         answers=_answers(rec),
         paragraphs=tuple(paragraphs),
-        supporting=tuple(dict.fromkeys([*ordered, *supporting])),  # type: ignore[list-item]
+        supporting=tuple(dict.fromkeys([*ordered, *supporting])),
         type=record_id.split("__", 1)[0] if "__" in record_id else None,
         hops=len(decomposition) or None,
         source=Source.MUSIQUE.value,

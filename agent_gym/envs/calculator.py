@@ -277,7 +277,9 @@ class CalculatorEnv(ProceduralEnv[ArithmeticTask]):
     def score_answer(self, task: ArithmeticTask, answer: str) -> dict[str, float]:
         value = _read_answer(answer)
         exact = float(value is not None and value == task.answer)
-        close = float(value is not None and abs(value - task.answer) <= Fraction(1, 10**6) * max(1, abs(task.answer)))
+        close = float(
+            value is not None and abs(value - task.answer) <= Fraction(1, 10**6) * max(Fraction(1), abs(task.answer))
+        )
         return {"em": exact, "f1": exact, "close": close}
 
     def oracle_action(self) -> str:

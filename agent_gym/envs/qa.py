@@ -93,9 +93,10 @@ def load_tasks(
     ``data_files`` and ``include_unanswerable`` go to :func:`~agent_gym.datasets.load_qa`.
     """
     src = Source(source) if source is not None else None
-    options = {"data_files": data_files, "include_unanswerable": include_unanswerable}
     if data_path is not None and not isinstance(data_path, str | Path):
-        loaded: Sequence[QATask] = load_qa(data_path, source=src, **options)
+        loaded: Sequence[QATask] = load_qa(
+            data_path, source=src, data_files=data_files, include_unanswerable=include_unanswerable
+        )
         path: Any = f"<{type(data_path).__name__}>"
     else:
         path = Path(data_path) if data_path is not None else embedded_path(src or Source.HOTPOTQA)
@@ -103,7 +104,12 @@ def load_tasks(
             raise FileNotFoundError(f"data_path does not exist: {path}")
         stat = path.stat()
         loaded = _load_cached(
-            str(path.resolve()), src.value if src else None, stat.st_mtime_ns, stat.st_size, **options
+            str(path.resolve()),
+            src.value if src else None,
+            stat.st_mtime_ns,
+            stat.st_size,
+            data_files=data_files,
+            include_unanswerable=include_unanswerable,
         )
     tasks = select_split(loaded, split)
     if limit is not None:

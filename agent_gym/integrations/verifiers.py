@@ -32,13 +32,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import verifiers.v1 as vf
 from openai import APIStatusError, AsyncOpenAI
 from pydantic import Field
 from verifiers.v1.utils.decorators import discover_decorated
 
+from agent_gym.core.env import ToolEnv
 from agent_gym.integrations.session import EnvSession, NativeCall, ObservationStyle, make_tool_env
 
 __all__ = [
@@ -83,7 +84,7 @@ def _rubric_terms(env_id: str, env_kwargs_json: str) -> tuple[tuple[str, float],
     """``(name, weight)`` of each rubric term of the env (built once per env and kwargs)."""
     env = make_tool_env(env_id, **json.loads(env_kwargs_json))
     try:
-        return tuple((t.name, float(t.weight)) for t in env.unwrapped.rubric.terms)
+        return tuple((t.name, float(t.weight)) for t in cast(ToolEnv[Any], env.unwrapped).rubric.terms)
     finally:
         env.close()
 
@@ -217,14 +218,20 @@ class AgentGymHarness(vf.Harness[AgentGymHarnessConfig]):
             state = trace.state
             while not session.done:
                 try:
-                    completion = await client.chat.completions.create(model=ctx.model, messages=messages, **kwargs)
+                    completion = await client.chat.completions.create(
+                        model=ctx.model, messages=cast(Any, messages), **kwargs
+                    )
                 except APIStatusError:
                     if trace.stop_condition is not None:  # a limit or @stop refused the turn: a normal end
                         break
                     raise
                 reply = completion.choices[0].message
                 messages.append(reply.model_dump(exclude_none=True))
-                calls = [NativeCall(c.id, c.function.name, c.function.arguments) for c in reply.tool_calls or ()]
+                calls = []
+                for c in reply.tool_calls or ():
+                    if c.type != "function":  # the env offers only function tools
+                        raise ValueError(f"the model made a {c.type!r} tool call; the env offers function tools")
+                    calls.append(NativeCall(c.id, c.function.name, c.function.arguments))
                 view = session.step_native(reply.content, calls)
                 messages.extend(view.messages)
                 _record(state, session)

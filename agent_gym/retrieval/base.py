@@ -36,7 +36,10 @@ class Retriever(Protocol):
             backend whose corpus is not known locally).
     """
 
-    passages: Sequence[Passage]
+    @property
+    def passages(self) -> Sequence[Passage]:
+        """The corpus, in index order (a read-only view: an implementation may keep a tuple or a list)."""
+        ...
 
     def search(self, query: str, k: int = 5, allowed: Collection[str] | None = None) -> list[Hit]:
         """The top-``k`` hits for ``query``, best first (``rank`` 1, 2, ...).

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import TypeVar
 
 from agent_gym.core.rubric import RewardTerm, Rubric, Transition
 
@@ -129,7 +129,10 @@ def shaping(t: Transition, gamma: float = 1.0) -> float:
 _ZERO = (0.0, 0.0)
 
 
-def _choice(enum: type[StrEnum], value: object, name: str) -> Any:
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _choice(enum: type[_E], value: object, name: str) -> _E:
     options = [m.value for m in enum]
     if value not in options:
         raise ValueError(f"{name} must be one of {options} (got {value!r})")
@@ -185,15 +188,15 @@ def make_rubric(
         ValueError: An unknown preset or metric, or ``shaping_gamma`` outside (0, 1].
         KeyError: ``weights`` names a term the preset does not have.
     """
-    preset = _choice(Preset, preset, "reward")
+    chosen = _choice(Preset, preset, "reward")
     metric = _choice(AnswerMetric, answer_metric, "answer_metric")
-    terms = {Preset.OUTCOME: _outcome_terms, Preset.PROCESS: _process_terms, Preset.GATED: _gated_terms}[preset](metric)
+    terms = {Preset.OUTCOME: _outcome_terms, Preset.PROCESS: _process_terms, Preset.GATED: _gated_terms}[chosen](metric)
     if shaping_gamma is not None:
         if isinstance(shaping_gamma, bool) or not isinstance(shaping_gamma, (int, float)):
             raise ValueError(f"shaping_gamma must be a number in (0, 1] or None (got {shaping_gamma!r})")
         if not 0.0 < shaping_gamma <= 1.0:
             raise ValueError(f"shaping_gamma must lie in (0, 1] (got {shaping_gamma})")
-        if preset is Preset.GATED:
+        if chosen is Preset.GATED:
             raise ValueError(
                 "shaping_gamma pays for evidence on every step, which the gated preset pays only on the answer; "
                 "use reward='process' with shaping, or 'gated' without it"

@@ -55,7 +55,7 @@ import math
 import pickle
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import jsonschema
@@ -84,7 +84,9 @@ __all__ = [
 Record = list[tuple[Any, ...]]
 
 
-def check_step(env: ToolEnv[Any], obs: str, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
+def check_step(
+    env: ToolEnv[Any], obs: str, reward: SupportsFloat, terminated: bool, truncated: bool, info: dict
+) -> None:
     """Assert the invariants of one ``step`` result; the messages name the broken invariant."""
     assert env.observation_space.contains(obs), f"observation of length {len(obs)} is not in {env.observation_space}"
     assert isinstance(reward, float) and math.isfinite(reward), f"reward must be a finite float, got {reward!r}"

@@ -434,7 +434,7 @@ def play_episode(
         obs, reward, terminated, truncated, info = env.step(action)
         if check:
             check_step(base, obs, reward, terminated, truncated, info)
-        cov.steps, cov.reward = turn, cov.reward + reward
+        cov.steps, cov.reward = turn, cov.reward + float(reward)
         cov.tool_ok += any(c["ok"] for c in info["tool_calls"])
         cov.evidence_found, cov.evidence_total = info["evidence_found"], info["evidence_total"]
         cov.terminated, cov.truncated = terminated, truncated

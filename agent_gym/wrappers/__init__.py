@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 from gymnasium.utils import RecordConstructorArgs
@@ -62,7 +62,7 @@ class RecordStopReason(gym.Wrapper[str, str, str, str], RecordConstructorArgs):
         self._ended = None
         return obs, info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._ended is not None:
             raise EpisodeOverError(f"the episode was {self._ended}; call reset() to start a new one")
         obs, reward, terminated, truncated, info = self.env.step(action)

@@ -129,6 +129,8 @@ def _accepts(env_id: str, name: str) -> bool:
     except (gym.error.Error, ImportError) as exc:  # an unknown namespace, name or version: one line, not a traceback
         raise ValueError(f"--env {env_id}: {exc}") from None
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    if not callable(creator):  # a vector-only spec (no entry point): nothing to inspect
+        return name in spec.kwargs
     params = inspect.signature(creator).parameters
     return name in params or name in spec.kwargs
 

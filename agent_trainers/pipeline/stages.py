@@ -24,12 +24,13 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
 from transformers import TrainerCallback
 
+from agent_gym.core.env import ToolEnv
 from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
@@ -145,7 +146,7 @@ def phase_label(phase: str, config: TrainConfig) -> str:
 def _num_tasks(env_id: str, kwargs: dict[str, Any]) -> int:
     env = gym.make(env_id, **kwargs)
     try:
-        return int(env.unwrapped.num_tasks())
+        return int(cast(ToolEnv[Any], env.unwrapped).num_tasks())
     finally:
         env.close()
 
