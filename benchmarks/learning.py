@@ -100,10 +100,32 @@ def stages(args: Args) -> list[Stage]:
     if args.loss_mask_ablation:
         variants.append((f"{names[0]}-no-loss-mask", names[0], ["rl.loss_mask=false"]))
     for name, algorithm, extra in variants:
+        resets = unread_resets(args.config, algorithm, [*args.set, *args.rl_set])
+        if resets:
+            print(f"[learning] {name}: {algorithm} does not read {', '.join(resets)} of the recipe: "
+                  "set back to the defaults", flush=True)  # fmt: skip
         overrides = ["sft.enabled=false", "eval.before=false", f"model.name={out / 'sft' / 'sft'}",
-                     f"algorithm={algorithm}", *args.set, *args.rl_set, *extra]  # fmt: skip
+                     f"algorithm={algorithm}", *resets, *args.set, *args.rl_set, *extra]  # fmt: skip
         runs.append(Stage(name, out / name, overrides))
     return runs
+
+
+def unread_resets(config: str, algorithm: str, sets: Sequence[str]) -> list[str]:
+    """``KEY=DEFAULT`` for each RL setting the recipe (with ``sets``) changes that ``algorithm``'s trainer does not
+    read (the trainer refuses those): e.g. ``rl.scale_rewards=group`` for ``rloo`` when the recipe, written for
+    GRPO, scales by the batch's std. The algorithms then share everything they read."""
+    from agent_trainers.algorithms.shared.advantages import Algorithm
+    from agent_trainers.algorithms.shared.settings import changed_settings
+    from agent_trainers.pipeline.cli import _parse_set
+    from agent_trainers.pipeline.config import TRAINER_READS, load_config
+
+    try:
+        recipe = load_config(config, _parse_set(list(sets)))
+    except ValueError:  # the stage itself then fails with the config's own one-line error
+        return []
+    reads = TRAINER_READS[Algorithm(algorithm)].settings
+    changed = changed_settings("rl", recipe.rl)
+    return [f"{key}={getattr(default, 'value', default)}" for key, (_, default) in changed.items() if key not in reads]
 
 
 def run_stage(args: Args, stage: Stage) -> dict[str, float]:

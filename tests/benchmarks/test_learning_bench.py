@@ -58,3 +58,28 @@ def test_every_repeated_override_flag_reaches_the_rl_stage():
     rl = bench.stages(args)[1]
     assert rl.overrides[-4:] == ["rl.steps=4", "seed=1", "rl.advantage=outcome", "rl.scale_rewards=batch"]
     assert bench.stages(args)[0].overrides[-2:] == ["rl.steps=4", "seed=1"]  # --set goes to SFT too, --rl-set not
+
+
+def test_each_algorithm_gets_the_recipe_minus_what_its_trainer_does_not_read():
+    """configs/learn_hasty.yaml is written for GRPO (rl.scale_rewards: batch, rl.dynamic_sampling: true,
+    rl.micro_batch: 8, rl.advantage: outcome); RLOO refused the whole run over scale_rewards. Each algorithm gets
+    exactly the settings it does not read set back to their defaults, and keeps everything else."""
+    args = bench.parse_args(["--config", "configs/learn_hasty.yaml", "--set", "rl.steps=10",
+                             "--algorithms", "grpo,rloo,reinforce_pp,ppo,gigpo"])  # fmt: skip
+    by_name = {s.name: s.overrides for s in bench.stages(args)[1:]}
+    keys = {"rl.scale_rewards", "rl.dynamic_sampling", "rl.dynamic_sampling_tries", "rl.micro_batch", "rl.advantage"}
+    resets = {name: [o for o in ov if o.split("=")[0] in keys] for name, ov in by_name.items()}
+    assert resets == {
+        "grpo": [],
+        "gigpo": [],
+        "rloo": ["rl.scale_rewards=group"],
+        "reinforce_pp": ["rl.scale_rewards=group", "rl.dynamic_sampling=False", "rl.dynamic_sampling_tries=3"],
+        "ppo": [
+            "rl.micro_batch=1",
+            "rl.advantage=turn",
+            "rl.scale_rewards=group",
+            "rl.dynamic_sampling=False",
+            "rl.dynamic_sampling_tries=3",
+        ],
+    }
+    assert all(ov[-1] == "rl.steps=10" for ov in by_name.values())  # the user's --set still comes last
