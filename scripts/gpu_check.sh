@@ -10,7 +10,7 @@
 #
 # The wheels are those the GPU image (Python 3.12, torch, transformers, accelerate, pyarrow, pandas, httpx,
 # ...) lacks: TRL and datasets, and what agent_gym / agent_trainers import (gymnasium, jsonschema, bm25s,
-# PyStemmer, pydantic) and gpu_check.py's argument parser (tyro), at the versions setup.cfg pins; about 6 MB.
+# PyStemmer, pydantic) and gpu_check.py's argument parser (tyro), at the versions constraints.txt pins; about 6 MB.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

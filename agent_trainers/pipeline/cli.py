@@ -3,7 +3,7 @@
 Sub-commands::
 
     agent-r1 envs                          list registered environments
-    agent-r1 train --config FILE [--resume] [--set algorithm=rloo --set rl.steps=2 ...]
+    agent-r1 train --config FILE [--resume] [--print-config] [--set algorithm=rloo --set rl.steps=2 ...]
     agent-r1 eval  --env ID [--data-path P] [--method closed-book|naive-rag|base-tool-call|agent] [--model M]
                    [--base-url URL] [--limit N] [--out DIR] [--max-new-tokens-per-turn N ...]
                    (resumable; the rollout options are RolloutConfig's; see agent_trainers.pipeline.eval_commands)
@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", required=True, help="YAML or TOML config (see configs/)")
     train.add_argument("--resume", action="store_true", help="continue the run in the config's output_dir")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    train.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (defaults filled in) and exit"
+    )
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
     demo = sub.add_parser("demo", help="the README's main job: SFT + GRPO on HotpotQA, before/after table")
     demo.add_argument("--config", default=None, help="config file (default: the packaged demo.yaml)")
@@ -93,12 +96,17 @@ def _cmd_envs() -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import yaml
+
     from agent_trainers.pipeline.config import load_config
     from agent_trainers.pipeline.processes import is_main_process
     from agent_trainers.pipeline.report import print_table
     from agent_trainers.pipeline.train import run_training
 
     config = load_config(args.config, _parse_set(args.set))
+    if args.print_config:  # what the run would use, every default filled in; nothing runs, nothing is written
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
     result = run_training(config, resume=args.resume)
     if not is_main_process():
         return 0

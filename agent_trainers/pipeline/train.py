@@ -27,6 +27,7 @@ from transformers import TrainerCallback, set_seed
 from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
 from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
+from agent_trainers.algorithms.shared.settings import device_args
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
@@ -85,9 +86,11 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
 
 
 def open_run(config: TrainConfig, *, resume: bool = False) -> RunState:
-    """A run's start: its envs built once (a bad ``env:`` section is a one-line ``ValueError`` before anything is
-    written), its folder and saved config, the seeds, the threads, the model; the state the stages take."""
+    """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, ``device: cuda``
+    without a GPU or a logger that is not installed is a one-line ``ValueError`` before anything is written), its
+    folder and saved config, the seeds, the threads, the model; the state the stages take."""
     check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
+    device_args(config.device, config.bf16, config.report_to)  # cuda without a GPU, a missing logger: before any file
     out, main = Path(config.output_dir), is_main_process()
     out.mkdir(parents=True, exist_ok=True)
     if main:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import gymnasium as gym
 import pytest
+import torch
 import yaml
 
 from agent_trainers.pipeline.cli import main
@@ -103,6 +105,35 @@ def test_bad_settings_are_one_line_errors(tmp_path, capsys, args, message):
     assert main(["train", "--config", str(write_config(tmp_path, 1)), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "report_to=wandb"], "report_to: wandb is not installed (pip install wandb)"),
+        (["--set", "device=cuda"], "device 'cuda' was asked for, but torch sees no CUDA device"),
+    ],
+)
+def test_device_and_logger_are_refused_before_anything_is_written(tmp_path, capsys, args, message):
+    """`device=cuda` on a CPU box left runs/.../config.yaml behind, and `report_to=wandb` without wandb failed
+    only after the first stage had written its evaluation and metrics."""
+    if "cuda" in message and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    if "wandb" in message and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    assert main(["train", "--config", str(write_config(tmp_path, 1)), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path, capsys):
+    assert main(["train", "--config", str(write_config(tmp_path, 3)), "--set", "rl.learning_rate=0.25",
+                 "--print-config"]) == 0  # fmt: skip
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["rl"]["learning_rate"] == 0.25 and shown["rl"]["steps"] == 3 and shown["algorithm"] == "grpo"
+    assert shown["rollout"]["max_new_tokens_per_turn"] == 8 and "ppo" in shown  # defaults are filled in
+    assert not (tmp_path / "run").exists()
 
 
 def test_missing_config_file_is_a_one_line_error(tmp_path, capsys):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import configparser
 import copy
 import json
+import tomllib
 from fnmatch import fnmatch
 
 import pytest
@@ -115,9 +115,8 @@ def test_the_demo_settings_are_one_packaged_file_that_configs_demo_yaml_points_a
     assert DEMO_SETTINGS == yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
     assert (REPO_ROOT / "configs" / "demo.yaml").samefile(DEMO_CONFIG)  # the README's path: the same file
     assert DEMO_CONFIG.is_file() and not DEMO_CONFIG.is_symlink()  # a wheel gets the file itself
-    setup = configparser.ConfigParser()
-    setup.read(REPO_ROOT / "setup.cfg")
-    shipped = [p.strip() for p in setup["options.package_data"]["agent_trainers"].split(",")]
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = project["tool"]["setuptools"]["package-data"]["agent_trainers"]
     relative = DEMO_CONFIG.relative_to(REPO_ROOT / "agent_trainers").as_posix()
     assert any(fnmatch(relative, pattern) for pattern in shipped), f"{relative} is not package data: {shipped}"
 
