@@ -159,8 +159,9 @@ def _rl_seconds(folder: Path) -> float | None:
 
 
 def report(args: Args, done: list[Stage], costs: dict[str, dict[str, float]]) -> str:
-    """``table.md``: the held-aside metric per run, the paired difference to SFT, s/step, wall time, memory."""
-    from agent_trainers.evaluation.compare import load_run, paired
+    """``table.md``: the held-aside metric per run, the paired difference to SFT, s/step, wall time, memory; then
+    one line per RL run on what it changed against SFT (the metrics whose paired 95% interval excludes 0)."""
+    from agent_trainers.evaluation.compare import change_statement, load_run, paired
     from agent_trainers.evaluation.stats import bootstrap_mean
 
     metric = args.metric
@@ -169,7 +170,7 @@ def report(args: Args, done: list[Stage], costs: dict[str, dict[str, float]]) ->
         f"| run | held-aside {metric} [95% CI] | paired Δ vs SFT [95% CI] | wins / losses | s/step | wall min "
         "| peak RSS MB |"
     )
-    lines = [head, "|---|---|---|---|---|---|---|"]
+    lines, changes = [head, "|---|---|---|---|---|---|---|"], []
     for stage in done:
         run = sft if stage.name == "sft" else load_run(stage.folder / "eval" / "final")
         values = [v for r in run.records if (v := r.metric(metric)) is not None]
@@ -181,6 +182,7 @@ def report(args: Args, done: list[Stage], costs: dict[str, dict[str, float]]) ->
             if comparison is None:
                 raise ValueError(f"{stage.name} and SFT share no question with {metric!r}")
             delta = comparison.difference.format(3, signed=True)
+            changes.append(f"- {change_statement(f'RL ({stage.name})', run, sft, metrics=(metric, 'answer_rate'))}")
             record = f"{comparison.wins} / {comparison.losses}"
             s = _rl_seconds(stage.folder)
             seconds = "—" if s is None else f"{s:.1f}"
@@ -188,7 +190,7 @@ def report(args: Args, done: list[Stage], costs: dict[str, dict[str, float]]) ->
         wall = f"{cost['wall_s'] / 60:.1f}" if "wall_s" in cost else "—"
         peak = f"{cost['peak_rss_mb']:,.0f}" if "peak_rss_mb" in cost else "—"
         lines.append(f"| {stage.name} | {cell} (n={len(values)}) | {delta} | {record} | {seconds} | {wall} | {peak} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(changes) + "\n" if changes else "")
 
 
 def dev_curve(stage: Stage, metric: str) -> list[tuple[int, float]]:

@@ -83,3 +83,25 @@ def test_each_algorithm_gets_the_recipe_minus_what_its_trainer_does_not_read():
         ],
     }
     assert all(ov[-1] == "rl.steps=10" for ov in by_name.values())  # the user's --set still comes last
+
+
+def test_the_report_ends_with_what_each_rl_run_changed(tmp_path):
+    """The main job (scripts/run.sh) is this report: its last lines must say what RL changed, with the paired
+    interval. SFT right on 2 of 20 tasks, GRPO on those and 8 more: +0.400, 8 wins, 0 losses; the no-op run
+    changed nothing measurably."""
+    from tests.agent_trainers.evaluation.test_report import folder
+
+    sft_ems, rl_ems = [1, 1] + [0] * 18, [1] * 10 + [0] * 10
+    for name, phase, ems in [("sft", "after_sft", sft_ems), ("grpo", "final", rl_ems), ("rloo", "final", sft_ems)]:
+        made = folder(tmp_path / name, name, "calc", ems)
+        (tmp_path / name / "eval").mkdir()
+        made.rename(tmp_path / name / "eval" / phase)
+    (tmp_path / "grpo" / "metrics.jsonl").write_text(json.dumps({"stage": "rl", "step": 1, "step_time": 40.0}) + "\n")
+    (tmp_path / "rloo" / "metrics.jsonl").write_text("")
+    done = [bench.Stage(n, tmp_path / n, []) for n in ("sft", "grpo", "rloo")]
+    text = bench.report(bench.parse_args([]), done, {})
+    table, changes = text.split("\n\n")
+    assert "| grpo | 0.500 [" in table and "| +0.400 [" in table and "| 8 / 0 | 40.0 |" in table
+    grpo_line, rloo_line = changes.strip().splitlines()
+    assert grpo_line.startswith("- RL (grpo) changed em +0.400 [+0.200, +0.600] (vs sft; 20 questions,")
+    assert rloo_line.startswith("- RL (rloo) changed no metric measurably")
