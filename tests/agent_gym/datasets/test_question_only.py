@@ -76,7 +76,8 @@ def test_bad_question_only_records(tmp_path: Path, row: dict, pattern: str) -> N
 def test_datasets_dataset_and_record_lists_are_accepted(tmp_path: Path) -> None:
     # Hugging Face datasets: the submodule, since a bare "datasets" folder on sys.path (tests/agent_gym/datasets)
     # imports as an empty namespace package where the library is not installed
-    datasets = pytest.importorskip("datasets.arrow_dataset")
+    pytest.importorskip("datasets.arrow_dataset")
+    import datasets
     records = json.loads(embedded_path("hotpotqa").read_text(encoding="utf-8"))
     hf_rows = [
         {

@@ -61,7 +61,8 @@ def test_question_only_data_without_a_corpus_file_is_refused(open_files, corpus:
 def test_a_datasets_dataset_is_a_data_path() -> None:
     # Hugging Face datasets: the submodule, since a bare "datasets" folder on sys.path (tests/agent_gym/datasets)
     # imports as an empty namespace package where the library is not installed
-    datasets = pytest.importorskip("datasets.arrow_dataset")
+    pytest.importorskip("datasets.arrow_dataset")
+    import datasets
     rows = [json.loads(line) for line in embedded_path("musique").read_text(encoding="utf-8").splitlines()]
     for row in rows:  # one schema for every row, as a Hub dataset would have
         for step in row["question_decomposition"]:
