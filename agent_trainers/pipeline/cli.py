@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-config", action="store_true", help="print the resolved config (defaults filled in) and exit"
     )
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
-    demo = sub.add_parser("demo", help="the README's main job: SFT + GRPO on HotpotQA, before/after table")
+    demo = sub.add_parser("demo", help="the HotpotQA job: SFT + GRPO, then five methods on 30 held-aside questions")
     demo.add_argument("--config", default=None, help="config file (default: the packaged demo.yaml)")
     demo.add_argument("--output-dir", default=None, help="where to write the run")
     demo.add_argument("--quick", action="store_true", help="a much shorter run (smoke test)")

@@ -1,4 +1,4 @@
-"""``agent-r1 demo``: the README's main job.
+"""``agent-r1 demo``: the HotpotQA job (the main job, ``scripts/run.sh``, is the learning recipe: docs/learning.md).
 
 SmolLM2-135M-Instruct on CPU, multi-hop QA (``AgentR1/HotpotQA-v0``):
 
