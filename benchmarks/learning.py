@@ -99,8 +99,9 @@ def stages(args: Args) -> list[Stage]:
     variants = [(a, a, []) for a in names]
     if args.loss_mask_ablation:
         variants.append((f"{names[0]}-no-loss-mask", names[0], ["rl.loss_mask=false"]))
+    recipe = _recipe(args.config, [*args.set, *args.rl_set])  # read once: every variant starts from it
     for name, algorithm, extra in variants:
-        resets = unread_resets(args.config, algorithm, [*args.set, *args.rl_set])
+        resets = unread_resets(recipe, algorithm)
         if resets:
             print(f"[learning] {name}: {algorithm} does not read {', '.join(resets)} of the recipe: "
                   "set back to the defaults", flush=True)  # fmt: skip
@@ -110,18 +111,27 @@ def stages(args: Args) -> list[Stage]:
     return runs
 
 
-def unread_resets(config: str, algorithm: str, sets: Sequence[str]) -> list[str]:
-    """``KEY=DEFAULT`` for each RL setting the recipe (with ``sets``) changes that ``algorithm``'s trainer does not
-    read (the trainer refuses those): e.g. ``rl.scale_rewards=group`` for ``rloo`` when the recipe, written for
-    GRPO, scales by the batch's std. The algorithms then share everything they read."""
-    from agent_trainers.algorithms.shared.advantages import Algorithm
-    from agent_trainers.algorithms.shared.settings import changed_settings
+def _recipe(config: str, sets: Sequence[str]) -> Any:
+    """The recipe as every RL stage gets it (with ``sets``), or ``None`` when it does not validate: the stage itself
+    then fails with the config's own one-line error."""
     from agent_trainers.pipeline.cli import _parse_set
-    from agent_trainers.pipeline.config import TRAINER_READS, load_config
+    from agent_trainers.pipeline.config import load_config
 
     try:
-        recipe = load_config(config, _parse_set(list(sets)))
-    except ValueError:  # the stage itself then fails with the config's own one-line error
+        return load_config(config, _parse_set(list(sets)))
+    except ValueError:
+        return None
+
+
+def unread_resets(recipe: Any, algorithm: str) -> list[str]:
+    """``KEY=DEFAULT`` for each RL setting the recipe changes that ``algorithm``'s trainer does not read (the trainer
+    refuses those): e.g. ``rl.scale_rewards=group`` for ``rloo`` when the recipe, written for GRPO, scales by the
+    batch's std. The algorithms then share everything they read. No recipe (it did not validate): none."""
+    from agent_trainers.algorithms.shared.advantages import Algorithm
+    from agent_trainers.algorithms.shared.settings import changed_settings
+    from agent_trainers.pipeline.config import TRAINER_READS
+
+    if recipe is None:
         return []
     reads = TRAINER_READS[Algorithm(algorithm)].settings
     changed = changed_settings("rl", recipe.rl)
