@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import ValidationError
 
 __all__ = ["NonFiniteTrainingError", "one_line"]
@@ -30,11 +33,13 @@ def one_line(error: BaseException) -> str:
     """
     if not isinstance(error, ValidationError):
         return " ".join(str(error).split())
-    parts = []
-    for err in error.errors(include_url=False):
-        where = _loc(err.get("loc", ()))
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        got = err.get("input")
-        shown = "" if err.get("type") == "value_error" or isinstance(got, dict) else f" (got {got!r})"
-        parts.append(f"{where}: {msg}{shown}" if where else f"{msg}{shown}")
-    return "; ".join(parts)
+    return "; ".join(describe_error(err) for err in error.errors(include_url=False))
+
+
+def describe_error(err: Mapping[str, Any]) -> str:
+    """One of pydantic's error dicts (``ValidationError.errors()``) as ``where: what (got X)``."""
+    where = _loc(err.get("loc", ()))
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if err.get("type") == "value_error" or isinstance(got, dict) else f" (got {got!r})"
+    return f"{where}: {msg}{shown}" if where else f"{msg}{shown}"

@@ -17,11 +17,99 @@ Evaluation lives beside this package (:mod:`agent_trainers.evaluation`). Names a
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, AdvantageMode, Algorithm, compute_advantages
+from agent_trainers.algorithms.shared.names import AdvantageMode, Algorithm
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
+    from agent_trainers.algorithms.ppo.config import (
+        PPOConfig as PPOConfig,
+    )
+    from agent_trainers.algorithms.ppo.trainer import (
+        PPOTrainer as PPOTrainer,
+    )
+    from agent_trainers.algorithms.sft.cold_start import (
+        make_sft_config as make_sft_config,
+    )
+    from agent_trainers.algorithms.sft.cold_start import (
+        oracle_episodes as oracle_episodes,
+    )
+    from agent_trainers.algorithms.sft.cold_start import (
+        run_sft as run_sft,
+    )
+    from agent_trainers.algorithms.shared.advantages import (
+        ESTIMATORS as ESTIMATORS,
+    )
+    from agent_trainers.algorithms.shared.advantages import (
+        compute_advantages as compute_advantages,
+    )
+    from agent_trainers.algorithms.shared.checkpoints import (
+        last_complete_checkpoint as last_complete_checkpoint,
+    )
+    from agent_trainers.algorithms.shared.logprobs import (
+        scored_token_logprobs as scored_token_logprobs,
+    )
+    from agent_trainers.algorithms.shared.rollouts import (
+        EnvRollouts as EnvRollouts,
+    )
+    from agent_trainers.algorithms.shared.rollouts import (
+        episode_metrics as episode_metrics,
+    )
+    from agent_trainers.algorithms.shared.rollouts import (
+        grpo_dataset_rows as grpo_dataset_rows,
+    )
+    from agent_trainers.algorithms.shared.settings import (
+        LossType as LossType,
+    )
+    from agent_trainers.algorithms.shared.settings import (
+        ReportTo as ReportTo,
+    )
+    from agent_trainers.algorithms.shared.settings import (
+        RLConfig as RLConfig,
+    )
+    from agent_trainers.algorithms.shared.settings import (
+        ScaleRewards as ScaleRewards,
+    )
+    from agent_trainers.algorithms.shared.settings import (
+        VLLMMode as VLLMMode,
+    )
+    from agent_trainers.algorithms.shared.tensors import (
+        AnchorState as AnchorState,
+    )
+    from agent_trainers.algorithms.shared.tensors import (
+        RewardBatch as RewardBatch,
+    )
+    from agent_trainers.algorithms.shared.tensors import (
+        discounted_returns as discounted_returns,
+    )
+    from agent_trainers.algorithms.shared.tensors import (
+        reward_batch as reward_batch,
+    )
+    from agent_trainers.algorithms.trl_adapter.env_factory import (
+        make_environment_factory as make_environment_factory,
+    )
+    from agent_trainers.algorithms.trl_adapter.env_factory import (
+        trl_dataset_rows as trl_dataset_rows,
+    )
+    from agent_trainers.algorithms.trl_adapter.grpo import (
+        AgentGRPOTrainer as AgentGRPOTrainer,
+    )
+    from agent_trainers.algorithms.trl_adapter.rollout_func import (
+        EnvRolloutFunc as EnvRolloutFunc,
+    )
+    from agent_trainers.algorithms.trl_adapter.rollout_func import (
+        env_reward as env_reward,
+    )
+    from agent_trainers.algorithms.trl_adapter.trl_args import (
+        make_grpo_config as make_grpo_config,
+    )
+    from agent_trainers.algorithms.trl_adapter.trl_args import (
+        micro_batch_args as micro_batch_args,
+    )
 
 _LAZY = {
+    "ESTIMATORS": "shared.advantages",
+    "compute_advantages": "shared.advantages",
     "AgentGRPOTrainer": "trl_adapter.grpo",
     "EnvRolloutFunc": "trl_adapter.rollout_func",
     "env_reward": "trl_adapter.rollout_func",
@@ -50,7 +138,7 @@ _LAZY = {
     "trl_dataset_rows": "trl_adapter.env_factory",
 }
 
-__all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "compute_advantages", *sorted(_LAZY)]
+__all__ = ["AdvantageMode", "Algorithm", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:

@@ -37,7 +37,7 @@ __all__ = ["build_parser", "main"]
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    from agent_trainers.pipeline.config import YAMLTooLarge, load_yaml  # late: the config module imports torch
+    from agent_trainers.pipeline.config import YAMLTooLarge, load_yaml  # late: only `train` reads configs
 
     out: dict[str, Any] = {}
     for item in items:
@@ -98,16 +98,19 @@ def _cmd_envs() -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from agent_trainers.pipeline.config import load_config
+    from agent_trainers.pipeline.config import load_config, preflight
+
+    config = load_config(args.config, _parse_set(args.set))  # no torch, TRL or transformers before this passes
+    if args.print_config:  # what the run would use, every default filled in; nothing runs, nothing is written
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
+    preflight(config)  # env sections, device, logger: still before the heavy imports and before any file
+
     from agent_trainers.pipeline.processes import is_main_process
     from agent_trainers.pipeline.report import print_table
     from agent_trainers.pipeline.train import run_training
 
-    config = load_config(args.config, _parse_set(args.set))
-    if args.print_config:  # what the run would use, every default filled in; nothing runs, nothing is written
-        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
-        return 0
-    result = run_training(config, resume=args.resume)
+    result = run_training(config, resume=args.resume, checked=True)
     if not is_main_process():
         return 0
     print_table(result.evals, title=f"{config.env.id}, {config.algorithm} ({config.output_dir})")

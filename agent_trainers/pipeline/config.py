@@ -26,19 +26,28 @@ default that the chosen algorithm's trainer does not read is refused
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_trainers.algorithms.ppo.config import PPO_READS, PPOConfig, check_ppo_settings
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, GIGPO_HINTS, Algorithm
-from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, bf16_enabled, changed_settings
+from agent_trainers.algorithms.shared.names import ESTIMATOR_TRAITS, GIGPO_HINTS, Algorithm
+from agent_trainers.algorithms.shared.settings import (
+    Reads,
+    ReportTo,
+    RLConfig,
+    bf16_enabled,
+    changed_settings,
+    check_logger,
+)
 from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
-from agent_trainers.pipeline.env_settings import default_kwargs
-from agent_trainers.policies.loader import Device
+from agent_trainers.errors import describe_error
+from agent_trainers.pipeline.env_settings import check_env_settings, default_kwargs
+from agent_trainers.policies.device import Device, check_device
 from agent_trainers.policies.threads import Threads
 from agent_trainers.rollout.config import RolloutConfig
 
@@ -63,7 +72,7 @@ class _Section(BaseModel):
 
 
 TRAINER_READS: dict[Algorithm, Reads] = {
-    **{Algorithm(name): trl_reads(name) for name in ESTIMATORS},  # every estimator trains through TRL
+    **{Algorithm(name): trl_reads(name) for name in ESTIMATOR_TRAITS},  # every estimator trains through TRL
     Algorithm.PPO: PPO_READS.with_hints(GIGPO_HINTS),
 }
 """What the RL trainer of each algorithm reads of the RL settings (``rl.*`` and ``report_to``): each trainer
@@ -197,7 +206,7 @@ class TrainConfig(_Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
         rl = self.rl
-        estimator = ESTIMATORS.get(str(self.algorithm))  # an algorithm with its own trainer may have none
+        estimator = ESTIMATOR_TRAITS.get(str(self.algorithm))  # an algorithm with its own trainer may have none
         need = estimator.min_group_size if estimator else 1
         if rl.enabled and rl.num_generations < need:
             raise ValueError(f"rl.num_generations must be >= {need} for {self.algorithm} (got {rl.num_generations})")
@@ -243,8 +252,67 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
 
     Raises:
         pydantic.ValidationError: (a ``ValueError``) naming every bad field.
+        UnknownSettingError: (a ``ValueError``) a key that is no setting, with the closest setting's name when
+            there is one (``rl.stepz: not a setting; did you mean rl.steps?``), and the other errors after it.
     """
-    return TrainConfig.model_validate(data)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        unknown = [err["loc"] for err in exc.errors(include_url=False) if err.get("type") in _UNKNOWN_KEY]
+        if not unknown:
+            raise
+        hints = [_unknown_setting(tuple(str(part) for part in loc)) for loc in unknown]
+        raise UnknownSettingError("; ".join([*hints, *_other_errors(exc)])) from None
+
+
+_UNKNOWN_KEY = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
+"""pydantic's error types for a key no field takes (models say the first, pydantic dataclasses the second)."""
+
+
+class UnknownSettingError(ValueError):
+    """A config key that is no setting, named with the closest setting."""
+
+
+def _section_fields(path: tuple[str, ...]) -> list[str]:
+    """The setting names of the config section at ``path`` (``()``: the top level); ``[]`` if it is not one."""
+    node: Any = TrainConfig
+    for part in path:
+        fields = getattr(node, "model_fields", None) or getattr(node, "__pydantic_fields__", {})
+        if part not in fields:
+            return []
+        node = fields[part].annotation
+    fields = getattr(node, "model_fields", None) or getattr(node, "__pydantic_fields__", {})
+    return list(fields)
+
+
+def _unknown_setting(loc: tuple[str, ...]) -> str:
+    *section, key = loc
+    names = _section_fields(tuple(section))
+    dotted = ".".join(loc)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    prefix = ".".join(section) + "." if section else ""
+    if close:
+        return f"{dotted}: not a setting; did you mean {prefix}{close[0]}?"
+    where = f"{'.'.join(section)} settings" if section else "top-level settings"
+    return f"{dotted}: not a setting (the {where}: {', '.join(names)})"
+
+
+def _other_errors(exc: ValidationError) -> list[str]:
+    return [describe_error(err) for err in exc.errors(include_url=False) if err.get("type") not in _UNKNOWN_KEY]
+
+
+def preflight(config: TrainConfig) -> None:
+    """What a run checks before it writes a file or loads a model, without importing transformers or TRL.
+
+    The ``env:`` sections (each env built and closed once), the device (torch is imported for ``device: cuda``
+    only, to ask whether a GPU is visible) and the logger (its package is looked up, not imported).
+
+    Raises:
+        ValueError: One line naming what is wrong.
+    """
+    check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
+    check_device(config.device)
+    check_logger(config.report_to)
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -30,8 +30,7 @@ from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.algorithms.shared.settings import device_args
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
 from agent_trainers.evaluation.summary import EvalSummary
-from agent_trainers.pipeline.config import TrainConfig
-from agent_trainers.pipeline.env_settings import check_env_settings
+from agent_trainers.pipeline.config import TrainConfig, preflight
 from agent_trainers.pipeline.plots import MetricsLog, plot_curves, plot_metrics, read_jsonl
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.pipeline.stages import STAGES, RunState
@@ -85,12 +84,15 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     return plot
 
 
-def open_run(config: TrainConfig, *, resume: bool = False) -> RunState:
+def open_run(config: TrainConfig, *, resume: bool = False, checked: bool = False) -> RunState:
     """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, ``device: cuda``
     without a GPU or a logger that is not installed is a one-line ``ValueError`` before anything is written), its
-    folder and saved config, the seeds, the threads, the model; the state the stages take."""
-    check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
-    device_args(config.device, config.bf16, config.report_to)  # cuda without a GPU, a missing logger: before any file
+    folder and saved config, the seeds, the threads, the model; the state the stages take. ``checked``: the
+    config already passed :func:`~agent_trainers.pipeline.config.preflight` (the command line runs it before
+    importing this module), so the envs are not built again."""
+    if not checked:
+        preflight(config)  # a bad env section, cuda without a GPU, a missing logger: before any file
+    device_args(config.device, config.bf16, config.report_to)  # and bf16 where the device has none
     out, main = Path(config.output_dir), is_main_process()
     out.mkdir(parents=True, exist_ok=True)
     if main:
@@ -103,7 +105,13 @@ def open_run(config: TrainConfig, *, resume: bool = False) -> RunState:
     return RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
 
 
-def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
+def run_training(
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[TrainerCallback] = (),
+    checked: bool = False,
+) -> RunResult:
     """Run the enabled stages of :data:`~agent_trainers.pipeline.stages.STAGES` end to end.
 
     Args:
@@ -111,11 +119,12 @@ def run_training(config: TrainConfig, *, resume: bool = False, callbacks: Sequen
         resume: Continue an interrupted run in ``config.output_dir``: a finished
             SFT stage is reloaded, RL resumes exactly from its last complete checkpoint.
         callbacks: Extra ``TrainerCallback`` s for the RL trainer.
+        checked: ``config`` already passed :func:`~agent_trainers.pipeline.config.preflight`.
 
     Returns:
         The evaluations, output folder and plot path.
     """
-    state = open_run(config, resume=resume)
+    state = open_run(config, resume=resume, checked=checked)
     out, main = state.out, is_main_process()
     state.callbacks = list(callbacks)
     state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None

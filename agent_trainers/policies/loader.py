@@ -33,7 +33,6 @@ import importlib.metadata
 import os
 import shutil
 import warnings
-from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from agent_trainers.policies.device import Device, resolve_device
 from agent_trainers.policies.sampling import token_id
 
 __all__ = [
@@ -89,35 +89,6 @@ TOOL_RESPONSE_TEMPLATE: dict[str, Any] = {
 }
 """How ``tokenizer.parse_response`` reads an assistant turn written with :func:`tool_chat_template`:
 ``<tool_call>{json}</tool_call>`` blocks become ``tool_calls``, the rest is ``content``."""
-
-
-class Device(StrEnum):
-    """Where a model runs."""
-
-    AUTO = "auto"
-    """A CUDA GPU when one is visible, else the CPU."""
-    CPU = "cpu"
-    """The CPU."""
-    CUDA = "cuda"
-    """The first visible CUDA GPU (an error when there is none)."""
-
-
-def resolve_device(device: Device | str = Device.AUTO) -> torch.device:
-    """The ``torch.device`` that ``device`` means on this machine.
-
-    Raises:
-        ValueError: Unknown name, or ``cuda`` without a visible CUDA device.
-    """
-    try:
-        choice = Device(device)
-    except ValueError:
-        raise ValueError(f"device must be one of {[d.value for d in Device]} (got {device!r})") from None
-    has_cuda = torch.cuda.is_available()
-    if choice is Device.CUDA and not has_cuda:
-        raise ValueError(
-            "device 'cuda' was asked for, but torch sees no CUDA device (torch.cuda.is_available() is False)"
-        )
-    return torch.device("cuda" if choice is Device.CUDA or (choice is Device.AUTO and has_cuda) else "cpu")
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:

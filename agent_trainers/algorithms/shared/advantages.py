@@ -66,10 +66,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
+from agent_trainers.algorithms.shared.names import (
+    ESTIMATOR_TRAITS,
+    GIGPO_HINTS,
+    GIGPO_READS,
+    GROUP_BASELINE_READS,
+    AdvantageMode,
+    Algorithm,
+    EstimatorTraits,
+    ScaleRewards,
+)
 from agent_trainers.algorithms.shared.tensors import RewardBatch, discounted_returns
 
 __all__ = [
@@ -86,44 +95,6 @@ __all__ = [
 ]
 
 EPS = 1e-4
-
-
-class Algorithm(StrEnum):
-    """RL algorithms ``agent-r1`` can train with (``algorithm:`` in a config)."""
-
-    GRPO = "grpo"
-    """Group-normalised advantages; KL (``beta``) in TRL's loss."""
-    RLOO = "rloo"
-    """Leave-one-out group baseline."""
-    REINFORCE_PP = "reinforce_pp"
-    """REINFORCE++: global batch normalisation; token-level KL in the reward."""
-    REINFORCE_PP_BASELINE = "reinforce_pp_baseline"
-    """REINFORCE++-baseline: group-mean baseline, then global batch normalisation."""
-    GIGPO = "gigpo"
-    """GiGPO: GRPO's episode advantage plus a step advantage over turns taken from the same (anchor) state."""
-    PPO = "ppo"
-    """PPO: a critic, GAE over agent tokens (its own trainer, :mod:`agent_trainers.algorithms.ppo`)."""
-
-
-class ScaleRewards(StrEnum):
-    """How ``grpo`` and ``gigpo`` scale centred values (TRL's ``scale_rewards``)."""
-
-    GROUP = "group"
-    """By the std of the group's units (outcome: its rollouts; turn: the step's turn values; gigpo's step
-    advantage: the anchor group's turn values)."""
-    BATCH = "batch"
-    """By the std of every unit of the batch."""
-    NONE = "none"
-    """Not at all: only centre."""
-
-
-class AdvantageMode(StrEnum):
-    """What an advantage judges."""
-
-    OUTCOME = "outcome"
-    """One value per rollout: its (discounted) episode return."""
-    TURN = "turn"
-    """Per token: the return-to-go from its turn on (process rewards reach earlier turns)."""
 
 
 @dataclass(frozen=True)
@@ -163,23 +134,30 @@ class Estimator:
 ESTIMATORS: dict[str, Estimator] = {}
 """The registry: algorithm name -> :class:`Estimator`."""
 
-GROUP_BASELINE_READS = frozenset({"rl.dynamic_sampling", "rl.dynamic_sampling_tries"})
-"""Settings of the estimators with a group baseline: a group whose returns all tie gives them no signal."""
-
-GIGPO_READS = frozenset({"rl.gigpo_step_weight", "rl.gigpo_anchor"})
-"""Settings only ``gigpo`` reads: the weight of its step advantage and what names an anchor state."""
-
-GIGPO_HINTS = {key: "only gigpo has a step advantage over anchor states" for key in sorted(GIGPO_READS)}
-"""What the refusal of a :data:`GIGPO_READS` setting says under another algorithm (``Reads.instead``)."""
-
 
 def register(
-    name: str, *, kl_in_reward: bool, min_group_size: int = 1, reads: frozenset[str] = frozenset()
+    name: str,
+    *,
+    kl_in_reward: bool | None = None,
+    min_group_size: int = 1,
+    reads: frozenset[str] = frozenset(),
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator adding an estimator function to :data:`ESTIMATORS` under ``name``."""
+    """Decorator adding an estimator function to :data:`ESTIMATORS` under ``name``.
+
+    A built-in name takes its traits from :data:`~.names.ESTIMATOR_TRAITS` (where the config reads them without
+    importing torch); a new name gives ``kl_in_reward`` (and optionally ``min_group_size``, ``reads``), which are
+    recorded there too.
+    """
+    if kl_in_reward is None:
+        if str(name) not in ESTIMATOR_TRAITS:
+            raise ValueError(f"register({name!r}): a new estimator needs kl_in_reward= (True or False)")
+        traits = ESTIMATOR_TRAITS[str(name)]
+    else:
+        traits = EstimatorTraits(kl_in_reward, min_group_size, frozenset(reads))
+        ESTIMATOR_TRAITS[str(name)] = traits
 
     def add(fn: EstimatorFn) -> EstimatorFn:
-        ESTIMATORS[str(name)] = Estimator(str(name), fn, kl_in_reward, min_group_size, frozenset(reads))
+        ESTIMATORS[str(name)] = Estimator(str(name), fn, traits.kl_in_reward, traits.min_group_size, traits.reads)
         return fn
 
     return add
@@ -275,7 +253,7 @@ def _group_outcome(returns: torch.Tensor, g: int, scale: ScaleRewards, eps: floa
     return centred / (stds + eps)
 
 
-@register(Algorithm.GRPO, kl_in_reward=False, reads=frozenset({"rl.scale_rewards"}) | GROUP_BASELINE_READS)
+@register(Algorithm.GRPO)
 def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Group-relative: centre (and scale) by the group's rollouts (outcome) or per step (turn)."""
     if opts.mode is AdvantageMode.TURN:
@@ -286,7 +264,7 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
     return _group_outcome(returns, batch.group_size, opts.scale, opts.eps)[:, None].expand_as(values)
 
 
-@register(Algorithm.RLOO, kl_in_reward=True, min_group_size=2, reads=GROUP_BASELINE_READS)
+@register(Algorithm.RLOO)
 def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
     if opts.mode is AdvantageMode.TURN:
@@ -297,13 +275,13 @@ def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
     return values - baseline[:, None]
 
 
-@register(Algorithm.REINFORCE_PP, kl_in_reward=True)
+@register(Algorithm.REINFORCE_PP)
 def reinforce_pp(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Global batch normalisation over every model token of the batch."""
     return _whiten(values, batch.model_mask, opts.eps)
 
 
-@register(Algorithm.REINFORCE_PP_BASELINE, kl_in_reward=True, reads=GROUP_BASELINE_READS)
+@register(Algorithm.REINFORCE_PP_BASELINE)
 def reinforce_pp_baseline(
     values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options
 ) -> torch.Tensor:
@@ -316,11 +294,7 @@ def reinforce_pp_baseline(
     return _whiten(values - group_mean[:, None], batch.model_mask, opts.eps)
 
 
-@register(
-    Algorithm.GIGPO,
-    kl_in_reward=False,
-    reads=frozenset({"rl.scale_rewards"}) | GIGPO_READS | GROUP_BASELINE_READS,
-)
+@register(Algorithm.GIGPO)
 def gigpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
     """Group-in-group: the episode's GRPO outcome advantage plus ``step_weight`` times its turn's anchor-state one."""
     episode = _group_outcome(returns, batch.group_size, opts.scale, opts.eps)[:, None]

@@ -30,9 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_trainers.algorithms.shared.advantages import AdvantageMode, ScaleRewards
-from agent_trainers.algorithms.shared.tensors import AnchorState
-from agent_trainers.policies.loader import Device, resolve_device
+from agent_trainers.algorithms.shared.names import AdvantageMode, AnchorState, ScaleRewards
+from agent_trainers.policies.device import Device, resolve_device
 
 __all__ = [
     "AnchorState",
@@ -275,8 +274,18 @@ def device_args(
         ValueError: ``cuda`` without a GPU, or a logger whose package is missing.
     """
     where = resolve_device(device)
+    logger = check_logger(report_to)
+    return {"use_cpu": where.type == "cpu", "bf16": bf16_enabled(where.type, bf16), "report_to": logger.value}
+
+
+def check_logger(report_to: ReportTo | str = ReportTo.NONE) -> ReportTo:
+    """``report_to`` as a :class:`ReportTo`, refused when its package is not installed (nothing is imported).
+
+    Raises:
+        ValueError: A logger whose package is missing, with the command that installs it.
+    """
     logger = ReportTo(report_to)
     if logger is not ReportTo.NONE and importlib.util.find_spec(logger.value) is None:
         extra = "pip install 'agent-r1-gym[train]'" if logger is ReportTo.TENSORBOARD else "pip install wandb"
         raise ValueError(f"report_to: {logger.value} is not installed ({extra})")
-    return {"use_cpu": where.type == "cpu", "bf16": bf16_enabled(where.type, bf16), "report_to": logger.value}
+    return logger

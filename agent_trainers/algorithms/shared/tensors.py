@@ -20,24 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
+from agent_trainers.algorithms.shared.names import AnchorState
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["AnchorState", "RewardBatch", "discounted_returns", "reward_batch", "turn_states"]
-
-
-class AnchorState(StrEnum):
-    """Which tokens name the state a turn was taken from (GiGPO's anchor states; ``rl.gigpo_anchor``)."""
-
-    OBSERVATION = "observation"
-    """The last thing the env said: the prompt for turn 0, else the env tokens between the previous turn's model
-    tokens and this turn's (GiGPO's "identical environment state"; earlier turns may differ)."""
-    HISTORY = "history"
-    """The whole token prefix before the turn (prompt and completion so far): identical only when everything
-    the agent saw and did so far was identical."""
 
 
 @dataclass

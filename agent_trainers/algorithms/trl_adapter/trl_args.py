@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, GIGPO_HINTS, Algorithm
+from agent_trainers.algorithms.shared.names import ESTIMATOR_TRAITS, GIGPO_HINTS, Algorithm
 from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, VLLMMode, device_args
-from agent_trainers.policies.loader import Device
+from agent_trainers.policies.device import Device
 from agent_trainers.rollout.config import RolloutConfig
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ each estimator adds its own (:attr:`~agent_trainers.algorithms.shared.advantages
 
 def trl_reads(algorithm: Algorithm | str) -> Reads:
     """The settings the TRL trainer reads with ``algorithm``'s estimator."""
-    reads = TRL_READS.settings | ESTIMATORS[str(algorithm)].reads
+    reads = TRL_READS.settings | ESTIMATOR_TRAITS[str(algorithm)].reads
     return Reads(str(algorithm), reads, {k: v for k, v in TRL_READS.instead.items() if k not in reads})
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import gymnasium as gym
 import pytest
@@ -95,7 +97,10 @@ def test_the_event_files_hold_the_training_curves(tmp_path):
         (["--set", "device=tpu"], "device: Input should be 'auto', 'cpu' or 'cuda' (got 'tpu')"),
         (["--set", "report_to=mlflow"], "report_to: Input should be 'none', 'tensorboard' or 'wandb'"),
         (["--set", "rl.num_generations=1"], "rl.num_generations: Input should be greater than or equal to 2"),
-        (["--set", "rollout.max_turnz=2"], "rollout.max_turnz: Unexpected keyword argument"),
+        (["--set", "rollout.max_turnz=2"], "rollout.max_turnz: not a setting; did you mean rollout.max_turns?"),
+        (["--set", "rl.stepz=2"], "rl.stepz: not a setting; did you mean rl.steps?"),
+        (["--set", "sedd=2"], "sedd: not a setting; did you mean seed?"),
+        (["--set", "ppo.zzz=2"], "ppo.zzz: not a setting (the ppo settings: critic, critic_model, value, gamma,"),
         (["--set", "grpo.steps=abc"], "the `grpo:` section is now `rl:`"),
         (["--set", "novalue"], "--set expects KEY=VALUE (got 'novalue')"),
         (["--set", "model.name=gpt-9000"], "unknown model 'gpt-9000'"),
@@ -124,6 +129,40 @@ def test_device_and_logger_are_refused_before_anything_is_written(tmp_path, caps
     assert main(["train", "--config", str(write_config(tmp_path, 1)), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+_HEAVY_PROBE = """
+import sys
+from agent_trainers.pipeline.cli import main
+code = main(["train", "--config", sys.argv[1], *sys.argv[2:]])
+print("exit", code, *sorted(m for m in ("torch", "transformers", "trl") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "rl.stepz=2"], "did you mean rl.steps?"),
+        (["--set", "algorithm=ppo2"], "(got 'ppo2')"),
+        (["--set", "env.id=AgentR1/HotpotQ-v0"], "Did you mean: `HotpotQA`?"),
+        (["--set", "env.train_kwargs.task_sed=1"], "takes no argument 'task_sed'; did you mean 'task_seed'?"),
+        (["--set", "report_to=wandb"], "report_to: wandb is not installed"),
+        (["--set", "rl.steps=3", "--set", "eval.every=2"], "rl.steps must be divisible by eval.every"),
+    ],
+)
+def test_config_errors_come_before_torch_transformers_and_trl_are_imported(tmp_path, args, message):
+    """Every command spent 15-20 s importing torch and TRL before it read its config (issue 26): a config, env id,
+    env kwargs or logger error is now given by a process that has imported none of them."""
+    if "wandb" in message and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    probe = subprocess.run(
+        [sys.executable, "-c", _HEAVY_PROBE, str(write_config(tmp_path, 1)), "--set", "env.id=AgentR1/Calculator-v0",
+         *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert message in probe.stderr and probe.stderr.count("\n") == 1, probe.stderr
+    assert probe.stdout.split() == ["exit", "2"], probe.stdout  # no heavy module named after the exit code
     assert not (tmp_path / "run").exists()
 
 

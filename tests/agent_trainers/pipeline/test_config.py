@@ -39,7 +39,8 @@ def test_toml_and_overrides(tmp_path):
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"rl": {"stepz": 1}}, "rl.stepz: Extra inputs are not permitted (got 1)"),
+        ({"rl": {"stepz": 1}}, "rl.stepz: not a setting; did you mean rl.steps?"),
+        ({"rl": {"stepz": 1, "gamma": 2}}, "rl.stepz: not a setting; did you mean rl.steps?; rl.gamma: Input should"),
         ({"rl": {"advantage": "token"}}, "rl.advantage: Input should be 'outcome' or 'turn' (got 'token')"),
         ({"rl": {"num_generations": 1}}, "rl.num_generations: Input should be greater than or equal to 2 (got 1)"),
         ({"rl": {"steps": 6}, "eval": {"every": 4}}, "rl.steps must be divisible by eval.every (got 6 and 4)"),
