@@ -127,7 +127,7 @@ def unread_resets(recipe: Any, algorithm: str) -> list[str]:
     """``KEY=DEFAULT`` for each RL setting the recipe changes that ``algorithm``'s trainer does not read (the trainer
     refuses those): e.g. ``rl.scale_rewards=group`` for ``rloo`` when the recipe, written for GRPO, scales by the
     batch's std. The algorithms then share everything they read. No recipe (it did not validate): none."""
-    from agent_trainers.algorithms.shared.advantages import Algorithm
+    from agent_trainers.algorithms.shared.names import Algorithm
     from agent_trainers.algorithms.shared.settings import changed_settings
     from agent_trainers.pipeline.config import TRAINER_READS
 
