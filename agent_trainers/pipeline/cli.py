@@ -70,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments")
     train = sub.add_parser("train", help="run SFT and/or RL from a config file")
-    train.add_argument("--config", required=True, help="YAML or TOML config (see configs/)")
+    train.add_argument(
+        "--config", required=True, help="a YAML or TOML config file, or a packaged config by name (e.g. tiny)"
+    )
     train.add_argument("--resume", action="store_true", help="continue the run in the config's output_dir")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     train.add_argument(

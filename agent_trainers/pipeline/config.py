@@ -366,11 +366,39 @@ def load_yaml(text: str, source: str = "the YAML text") -> Any:
     return data
 
 
+PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+"""The configs shipped in the package (``agent_trainers/configs``; the repository's ``configs/*.yaml`` link there),
+so that a pip install has ``agent-r1 train --config tiny``."""
+
+
+def packaged_configs() -> list[str]:
+    """The names ``--config`` takes besides a path: the packaged configs, without ``.yaml``."""
+    return sorted(p.stem for p in PACKAGED_CONFIGS.glob("*.yaml"))
+
+
+def find_config(path: str | Path) -> Path:
+    """``path`` when that file exists, else the packaged config of that name (``tiny``, ``tiny.yaml``).
+
+    Raises:
+        FileNotFoundError: Neither exists; the message lists the packaged names.
+    """
+    given = Path(path)
+    if given.exists():
+        return given
+    if given.parent == Path(".") and given.suffix in ("", ".yaml"):
+        packaged = PACKAGED_CONFIGS / f"{given.stem}.yaml"
+        if packaged.is_file():
+            return packaged
+    raise FileNotFoundError(
+        f"no config file {str(path)!r} (and no packaged config of that name: {', '.join(packaged_configs())})"
+    )
+
+
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) config file.
 
     Args:
-        path: The file.
+        path: The file, or the name of a packaged config (``tiny``: see :func:`find_config`).
         overrides: Dotted keys to set after reading, e.g. ``{"rl.steps": 2}``.
 
     Returns:
@@ -378,9 +406,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
 
     Raises:
         ValueError: On an unknown suffix, unknown keys, wrong types or a violated cross-field rule.
-        FileNotFoundError: The file does not exist.
+        FileNotFoundError: The file does not exist and no packaged config has that name.
     """
-    path = Path(path)
+    path = find_config(path)
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
         data = load_yaml(text, str(path)) or {}

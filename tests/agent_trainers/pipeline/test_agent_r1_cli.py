@@ -177,7 +177,24 @@ def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path, cap
 
 def test_missing_config_file_is_a_one_line_error(tmp_path, capsys):
     assert main(["train", "--config", str(tmp_path / "none.yaml")]) == 2
-    assert "No such file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no config file '{tmp_path / 'none.yaml'}'" in err and err.count("\n") == 1
+    assert main(["train", "--config", "tinyy"]) == 2
+    err = capsys.readouterr().err
+    assert "no config file 'tinyy' (and no packaged config of that name: " in err and "learn_main, tiny)" in err
+
+
+def test_a_packaged_config_is_taken_by_name_from_any_folder(tmp_path, capsys, monkeypatch):
+    """A pip user has no configs/ folder: ``--config tiny`` reads the packaged agent_trainers/configs/tiny.yaml."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", "tiny", "--print-config"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["model"]["name"] == "tiny-random" and shown["output_dir"] == "runs/tiny"
+    (tmp_path / "tiny").write_text("seed: 7\noutput_dir: mine\n")  # a file of that name wins: no suffix, no glob
+    assert main(["train", "--config", "tiny.yaml", "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["output_dir"] == "runs/tiny"
+    assert main(["train", "--config", "tiny", "--print-config"]) == 2  # the file 'tiny' has no .yaml suffix
+    assert "must end in .yaml" in capsys.readouterr().err
 
 
 def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):

@@ -162,3 +162,24 @@ def test_python_tags_and_broken_yaml_are_one_line_errors(tmp_path):
     path.write_text("rl: {steps: [\n")
     with pytest.raises(ValueError, match="is not valid YAML"):
         load_config(path)
+
+
+def test_the_repository_configs_that_link_into_the_package_are_package_data():
+    """`agent-r1 train --config tiny` after a pip install: the packaged file is real, shipped, and loads."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    from agent_trainers.pipeline.config import PACKAGED_CONFIGS, packaged_configs
+
+    root = CONFIGS.parent
+    shipped = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "package-data"
+    ]["agent_trainers"]
+    links = sorted(p for p in CONFIGS.glob("*.yaml") if p.is_symlink())
+    assert {p.stem for p in links} == set(packaged_configs()) >= {"tiny", "demo", "learn_main", "learn_hasty"}
+    for link in links:
+        target = PACKAGED_CONFIGS / link.name
+        assert link.samefile(target) and target.is_file() and not target.is_symlink()
+        relative = target.relative_to(root / "agent_trainers").as_posix()
+        assert any(fnmatch(relative, pattern) for pattern in shipped), relative
+        load_config(link.stem, {"output_dir": "x"})  # each loads by its bare name
