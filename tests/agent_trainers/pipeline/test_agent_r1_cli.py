@@ -221,3 +221,40 @@ def test_version_is_the_installed_distributions(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out == f"agent-r1 {version('agent-r1-gym')}\n"
+
+
+_CORE_ONLY = """
+import sys
+TRAIN_EXTRA = {"torch", "transformers", "trl", "accelerate", "datasets", "pydantic", "yaml", "matplotlib", "tqdm",
+               "rich", "tensorboard", "fastapi", "uvicorn"}
+class NotInstalled:  # the core install: the train and server extras' modules are absent
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in TRAIN_EXTRA:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NotInstalled())
+from agent_trainers.pipeline.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--config", "tiny"], "agent-r1 train: error: No module named 'yaml': this command needs the train"),
+        (["eval", "--env", "AgentR1/Calculator-v0"], "agent-r1 eval: error: No module named 'pydantic': this command"),
+        (["report", "x"], "agent-r1 report: error: No module named 'pydantic': this command needs the train extra"),
+        (["demo"], "agent-r1 demo: error: No module named 'yaml': this command needs the train extra"),
+        (["rollout", "--help"], "agent-r1 rollout: error: No module named 'yaml': this command needs the train"),
+    ],
+)
+def test_a_core_install_names_the_extra_a_command_needs_in_one_line(args, message):
+    """With the core install, `agent-r1` itself crashed on import (No module named 'pydantic', a traceback)."""
+    done = subprocess.run([sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert "pip install 'agent-r1-gym[train]'" in done.stderr
+
+
+def test_a_core_install_lists_the_envs_and_its_version():
+    for args, expected in ((["envs"], "AgentR1/Calculator-v0"), (["--version"], "agent-r1 ")):
+        done = subprocess.run([sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and expected in done.stdout, done.stderr
