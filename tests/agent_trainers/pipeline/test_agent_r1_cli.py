@@ -258,3 +258,15 @@ def test_a_core_install_lists_the_envs_and_its_version():
     for args, expected in ((["envs"], "AgentR1/Calculator-v0"), (["--version"], "agent-r1 ")):
         done = subprocess.run([sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and expected in done.stdout, done.stderr
+
+
+def test_the_verifiers_entry_module_names_its_extra_when_verifiers_is_missing():
+    code = _CORE_ONLY.split("from agent_trainers")[0].replace('"uvicorn"}', '"uvicorn", "verifiers"}') + (
+        "import agent_r1_gym\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last == (
+        "ModuleNotFoundError: agent_r1_gym is the verifiers plugin entry point and needs its extra: "
+        "pip install 'agent-r1-gym[verifiers]'"
+    ), done.stderr
