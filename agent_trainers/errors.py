@@ -7,11 +7,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["NonFiniteTrainingError", "one_line"]
+__all__ = ["GenerationWorkerError", "NonFiniteTrainingError", "one_line"]
 
 
 class NonFiniteTrainingError(RuntimeError):
     """The loss or gradient norm of a training step was NaN or infinite; training stopped before saving it."""
+
+
+class GenerationWorkerError(RuntimeError):
+    """The asynchronous generation worker exited, failed or went silent (``rl.async_rollouts``); training
+    stopped before saving the step."""
 
 
 def _loc(parts: tuple[int | str, ...]) -> str:

@@ -27,6 +27,7 @@ default that the chosen algorithm's trainer does not read is refused
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,17 @@ def preflight(config: TrainConfig) -> None:
     check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
     check_device(config.device)
     check_logger(config.report_to)
+    if config.rl.enabled and config.rl.async_rollouts:
+        if config.device is Device.CUDA:
+            raise ValueError(
+                "rl.async_rollouts runs its generation worker on the CPU (device: cpu); overlapping GPU "
+                "generation through vLLM's weight sync is not implemented"
+            )
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                "rl.async_rollouts runs one generation worker for one training process (not under "
+                "accelerate launch with several processes)"
+            )
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -287,15 +287,25 @@ def run_trl_rl_stage(state: RunState) -> None:
         gigpo_step_weight=r.gigpo_step_weight,
         gigpo_anchor=r.gigpo_anchor,
         step_samples=r.step_samples,
+        importance_sampling=r.importance_sampling,
+        importance_cap=r.importance_cap,
     )
     trainer.add_callback(_RLCallback(state, trainer))
     trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
     for callback in state.callbacks:
         trainer.add_callback(callback)
-    checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
-    if checkpoint is not None:
-        load_rollout_state(checkpoint, rollout_fn)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if r.async_rollouts:  # a generation worker plays the next steps' episodes while this one trains
+        from agent_trainers.algorithms.shared.generation_worker import AsyncRollouts
+
+        rollout_fn.asynchronous = AsyncRollouts.from_settings(rollout_fn, state.model, state.tokenizer, r)
+    try:
+        checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
+        if checkpoint is not None:
+            load_rollout_state(checkpoint, rollout_fn)
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        if rollout_fn.asynchronous is not None:
+            rollout_fn.asynchronous.close()
     state.model = trainer.model
 
 

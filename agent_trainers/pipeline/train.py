@@ -77,10 +77,11 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     rl = [r for r in records if r.get("stage") == "rl"]
     plot_metrics(rl, out / "plots" / "train.png", keys=["reward", "loss", "rollout/turns", "episode/answer_f1"],
                  title=f"{config.algorithm} training")  # fmt: skip
-    names = [d.name for d in DIAGNOSTICS]
-    for part, chunk in enumerate((names[:7], names[7:]), 1):
+    names = [d.name for d in DIAGNOSTICS if not d.optional]
+    optional = [d.name for d in DIAGNOSTICS if d.optional]  # async rollouts: drawn only when logged
+    for part, chunk in enumerate((names[:7], names[7:], optional), 1):
         plot_metrics(rl, out / "plots" / f"diagnostics_{part}.png", keys=chunk,
-                     title=f"{config.algorithm}: per-step diagnostics ({part}/2)")  # fmt: skip
+                     title=f"{config.algorithm}: per-step diagnostics ({part})")  # fmt: skip
     return plot
 
 

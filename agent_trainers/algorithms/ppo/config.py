@@ -29,7 +29,7 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-from agent_trainers.algorithms.shared.settings import Reads, RLConfig
+from agent_trainers.algorithms.shared.settings import ASYNC_SETTINGS, Reads, RLConfig
 from agent_trainers.rollout.config import RolloutConfig
 
 __all__ = ["PPO_READS", "CriticKind", "KLPlacement", "PPOConfig", "ValueLevel", "check_ppo_settings"]
@@ -134,6 +134,8 @@ PPO_READS = Reads(
             "rl.step_samples",
             "rl.advantage_mask",
             "rl.save_steps",
+            "rl.async_rollouts",
+            *ASYNC_SETTINGS,
             "report_to",
         }
     ),

@@ -38,6 +38,9 @@ class RolloutStateCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not state.is_world_process_zero or not folder.is_dir():
             return
+        pool = getattr(self.rollout, "asynchronous", None)
+        if pool is not None:  # the results of the jobs in flight, for an exact resume (before the marker)
+            pool.save(folder)
         tmp = folder / (ROLLOUT_STATE + ".tmp")
         tmp.write_text(json.dumps(self.rollout.state_dict()), encoding="utf-8")
         os.replace(tmp, folder / ROLLOUT_STATE)
@@ -67,5 +70,9 @@ def last_complete_checkpoint(folder: str | Path) -> Path | None:
 
 
 def load_rollout_state(checkpoint: str | Path, rollout: Any) -> None:
-    """Restore ``rollout.load_state_dict`` from a checkpoint's ``rollout_state.json``."""
+    """Restore ``rollout.load_state_dict`` from a checkpoint's ``rollout_state.json`` (and, with asynchronous
+    rollouts, the results that were in flight)."""
     rollout.load_state_dict(json.loads((Path(checkpoint) / ROLLOUT_STATE).read_text(encoding="utf-8")))
+    pool = getattr(rollout, "asynchronous", None)
+    if pool is not None:
+        pool.load(checkpoint)

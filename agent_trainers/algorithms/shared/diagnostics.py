@@ -28,7 +28,15 @@ update/skipped              1 when the step's update was dropped: no advantage w
 clip                        share of tokens whose ratio was clipped
 tokens/total                prompt + completion tokens of the step
 step_time                   seconds of the step (rollouts and update)
+async/staleness             optimizer steps between the batch's policy and the trained one (async rollouts)
+async/trainer_wait          seconds the trainer waited for the step's episodes (async rollouts)
+offpolicy/ratio_mean        mean importance ratio pi_train / pi_behaviour of a stale batch's tokens
+offpolicy/ratio_max         its largest ratio
+offpolicy/capped            share of tokens (sequences) the cap truncated or masked
 ==========================  ==========================================================================
+
+The last five exist only with ``rl.async_rollouts`` (the ratios only for a stale batch); the console line
+leaves them out when absent.
 """
 
 from __future__ import annotations
@@ -95,10 +103,16 @@ class Diagnostic:
     label: str
     digits: int
     sources: tuple[str, ...]
+    optional: bool = False
 
 
 def _row(name: str, label: str, digits: int, *also: str) -> Diagnostic:
     return Diagnostic(name, label, digits, (name, *also))
+
+
+def _optional(name: str, label: str, digits: int) -> Diagnostic:
+    """A row of a feature that may be off: left off the console line when absent."""
+    return Diagnostic(name, label, digits, (name,), optional=True)
 
 
 DIAGNOSTICS: tuple[Diagnostic, ...] = (
@@ -117,6 +131,11 @@ DIAGNOSTICS: tuple[Diagnostic, ...] = (
     _row("clip", "clip", 3, "clip_ratio/region_mean", "ppo/clipfrac"),
     _row("tokens/total", "tokens", 0),
     _row("step_time", "s", 1),
+    _optional("async/staleness", "stale", 0),
+    _optional("async/trainer_wait", "wait s", 1),
+    _optional("offpolicy/ratio_mean", "IS mean", 3),
+    _optional("offpolicy/ratio_max", "IS max", 2),
+    _optional("offpolicy/capped", "IS capped", 3),
 )
 """Every per-step diagnostic, in the order of the console line."""
 
@@ -172,6 +191,8 @@ def step_line(step: int, max_steps: int, step_times: Sequence[float], diagnostic
         if d.name == "step_time":
             continue
         value = diagnostics.get(d.name)
+        if value is None and d.optional:
+            continue
         cells.append(f"{d.label} {'—' if value is None else f'{value:.{d.digits}f}'}")
     head = f"RL step {step}/{max_steps}: {step_times[-1]:.1f} s (mean {mean:.1f} s/step, ETA {eta:.1f} min)"
     return " | ".join([head, *cells])

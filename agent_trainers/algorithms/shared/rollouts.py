@@ -131,7 +131,11 @@ class EnvRollouts:
         dynamic_sampling_tries: The most refill rounds per call.
         bf16: Generate under bf16 autocast (the default policy), as the trainer trains with ``bf16``.
         calls: Rollout calls made so far (saved in checkpoints).
-        last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off).
+        last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off), and with
+            ``asynchronous`` the call's ``async/*`` figures.
+        asynchronous: With ``rl.async_rollouts``, the
+            :class:`~agent_trainers.algorithms.shared.generation_worker.AsyncRollouts` whose worker plays the
+            training calls ahead of time (its pending results go into each checkpoint); None: played in the trainer.
     """
 
     rows: Sequence[Mapping[str, Any]]
@@ -146,6 +150,7 @@ class EnvRollouts:
     bf16: bool = False
     calls: int = 0
     last_stats: dict[str, float] = field(default_factory=dict, repr=False)
+    asynchronous: Any = field(default=None, repr=False, compare=False)
     _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

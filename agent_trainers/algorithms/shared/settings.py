@@ -30,11 +30,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_trainers.algorithms.shared.names import AdvantageMode, AnchorState, ScaleRewards
+from agent_trainers.algorithms.shared.names import AdvantageMode, AnchorState, ISCorrection, ScaleRewards
 from agent_trainers.policies.device import Device, resolve_device
 
 __all__ = [
+    "ASYNC_SETTINGS",
     "AnchorState",
+    "ISCorrection",
     "LossType",
     "RLConfig",
     "Reads",
@@ -157,6 +159,24 @@ class RLConfig(BaseModel):
     """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
     vllm_server_url: str = "http://127.0.0.1:8000"
     """The ``trl vllm-serve`` server (``vllm: server``)."""
+    async_rollouts: bool = False
+    """Generate the next steps' episodes while this step trains, in a separate generation process with its own
+    copy of the policy, synced after each optimizer step (:mod:`~agent_trainers.algorithms.shared.generation_worker`;
+    CPU, every algorithm). A batch may then come from a policy up to ``max_staleness`` steps old, corrected by
+    ``importance_sampling``."""
+    max_staleness: int = Field(default=1, ge=0)
+    """With ``async_rollouts``: how many steps ahead episodes are generated, so how many optimizer steps old their
+    policy may be (0: each step's episodes come from the current weights, in the worker: the synchronous run)."""
+    importance_sampling: ISCorrection = ISCorrection.TOKEN_TRUNCATE
+    """With ``async_rollouts``: how a stale batch's policy loss is reweighted by ``pi_train / pi_behaviour``
+    (TRL's vLLM modes: ``token_truncate``, ``token_mask``, ``sequence_truncate``, ``sequence_mask``; or ``none``)."""
+    importance_cap: float = Field(default=2.0, gt=1)
+    """With ``async_rollouts``: the bound of ``importance_sampling`` (truncate at it; mask outside [1/cap, cap])."""
+    generation_threads: int = Field(default=1, ge=1)
+    """With ``async_rollouts``: torch CPU threads of the generation process (``threads`` stays the trainer's)."""
+    generation_timeout: float = Field(default=600.0, gt=0)
+    """With ``async_rollouts``: seconds without word from the generation process (a job started or finished)
+    before the run stops with an error naming it; must exceed one step's generation time."""
 
     @model_validator(mode="after")
     def _step_samples_score_model_tokens(self) -> RLConfig:
@@ -176,10 +196,36 @@ class RLConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _async_settings_need_async(self) -> RLConfig:
+        if self.async_rollouts and self.vllm is not VLLMMode.NONE:
+            raise ValueError(
+                "rl.async_rollouts generates in a CPU worker process; with rl.vllm the generation is vLLM's and "
+                "overlapping it with training is not implemented here (set one of them off)"
+            )
+        if not self.async_rollouts:
+            for key in sorted(ASYNC_SETTINGS):
+                name = key.removeprefix("rl.")
+                if getattr(self, name) != type(self).model_fields[name].default:
+                    raise ValueError(f"{key} is read only with rl.async_rollouts: true (got {getattr(self, name)!r})")
+        return self
+
     @property
     def episodes_per_step(self) -> int:
         """``num_generations * prompts_per_step``: the episodes one step plays (per process)."""
         return self.num_generations * self.prompts_per_step
+
+
+ASYNC_SETTINGS = frozenset(
+    {
+        "rl.max_staleness",
+        "rl.importance_sampling",
+        "rl.importance_cap",
+        "rl.generation_threads",
+        "rl.generation_timeout",
+    }
+)
+"""The settings of ``rl.async_rollouts`` (every trainer reads them; without it they must keep their defaults)."""
 
 
 def changed_settings(section: str, settings: Any) -> dict[str, tuple[Any, Any]]:

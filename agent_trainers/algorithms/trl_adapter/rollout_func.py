@@ -78,6 +78,8 @@ class EnvRolloutFunc(EnvRollouts):
     and ``config.top_p`` are taken from the trainer at each call (TRL's loss uses the same temperature). With a
     trainer built with ``use_vllm=True`` the default policy is TRL's vLLM engine
     (:mod:`agent_trainers.algorithms.trl_adapter.trl_vllm`).
+    With ``asynchronous`` set (``rl.async_rollouts``) the training calls are played by its worker, ahead of
+    time; the next calls' tasks come from the trainer's ``upcoming_tasks``.
     """
 
     def _tasks(self, prompts: list[Any], group: int) -> list[tuple[str, int]]:
@@ -107,12 +109,16 @@ class EnvRolloutFunc(EnvRollouts):
         group = trainer.num_generations if training else trainer.num_generations_eval
         tasks = self._tasks(prompts, group)
         config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
-        try:
-            with _generation_model(trainer) as model:
-                model.eval()
-                trajectories = self.play(tasks, group, self._policy(model, trainer.processing_class, trainer), config)
-        finally:
-            trainer.model.train(training)
+        if self.asynchronous is not None and training:
+            trajectories = self._play_async(tasks, group, config, trainer)
+        else:
+            try:
+                with _generation_model(trainer) as model:
+                    model.eval()
+                    policy = self._policy(model, trainer.processing_class, trainer)
+                    trajectories = self.play(tasks, group, policy, config)
+            finally:
+                trainer.model.train(training)
         self.calls += 1
         hook = getattr(trainer, "on_trajectories", None)
         if hook is not None:  # AgentGRPOTrainer: per-step samples of this batch
@@ -126,3 +132,18 @@ class EnvRolloutFunc(EnvRollouts):
             "env_mask": [list(t.loss_mask) if self.loss_mask else [1] * len(t.loss_mask) for t in trajectories],
             "trajectory": trajectories,
         }
+
+    def _play_async(self, tasks: list[tuple[str, int]], group: int, config: Any, trainer: Any) -> list[Trajectory]:
+        """This call's episodes from the generation worker (maybe generated steps ago); submits the next calls."""
+        upcoming = trainer.upcoming_tasks(tasks, self.asynchronous.max_staleness)
+        trajectories, self.last_stats = self.asynchronous.rollouts_for(
+            self.calls,
+            tasks,
+            group,
+            config,
+            trainer.accelerator.unwrap_model(trainer.model),
+            version=int(trainer.state.global_step),
+            upcoming=upcoming,
+        )
+        trainer.batch_staleness = int(self.last_stats["async/staleness"])
+        return trajectories

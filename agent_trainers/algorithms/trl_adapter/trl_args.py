@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agent_trainers.algorithms.shared.names import ESTIMATOR_TRAITS, GIGPO_HINTS, Algorithm
-from agent_trainers.algorithms.shared.settings import Reads, ReportTo, RLConfig, VLLMMode, device_args
+from agent_trainers.algorithms.shared.settings import ASYNC_SETTINGS, Reads, ReportTo, RLConfig, VLLMMode, device_args
 from agent_trainers.policies.device import Device
 from agent_trainers.rollout.config import RolloutConfig
 
@@ -39,6 +39,8 @@ TRL_READS = Reads(
             "rl.save_steps",
             "rl.vllm",
             "rl.vllm_server_url",
+            "rl.async_rollouts",
+            *ASYNC_SETTINGS,
             "report_to",
         }
     ),

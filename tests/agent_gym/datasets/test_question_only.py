@@ -78,6 +78,7 @@ def test_datasets_dataset_and_record_lists_are_accepted(tmp_path: Path) -> None:
     # imports as an empty namespace package where the library is not installed
     pytest.importorskip("datasets.arrow_dataset")
     import datasets
+
     records = json.loads(embedded_path("hotpotqa").read_text(encoding="utf-8"))
     hf_rows = [
         {

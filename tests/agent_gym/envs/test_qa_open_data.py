@@ -63,6 +63,7 @@ def test_a_datasets_dataset_is_a_data_path() -> None:
     # imports as an empty namespace package where the library is not installed
     pytest.importorskip("datasets.arrow_dataset")
     import datasets
+
     rows = [json.loads(line) for line in embedded_path("musique").read_text(encoding="utf-8").splitlines()]
     for row in rows:  # one schema for every row, as a Hub dataset would have
         for step in row["question_decomposition"]:

@@ -57,7 +57,14 @@ def test_the_step_line_shows_every_diagnostic_and_dashes_the_absent():
         "dropped — | answered 0.88 | turns — | evidence — | format err — | KL 0.0001 | entropy — | |grad| — | "
         "skipped — | clip — | tokens 4321"
     )
-    assert len(DIAGNOSTICS) == line.count(" | ") + 1  # every row but step_time, plus the head
+    assert len([d for d in DIAGNOSTICS if not d.optional]) == line.count(" | ") + 1  # all but step_time, + the head
+    assert "stale" not in line and "IS " not in line  # async rows are left out when async rollouts are off
+
+
+def test_the_step_line_shows_the_async_figures_when_logged():
+    diag = {"reward": 0.25, "async/staleness": 1.0, "async/trainer_wait": 0.42, "offpolicy/ratio_mean": 1.0134}
+    line = step_line(3, 10, [10.0, 20.0, 30.0], diag)
+    assert line.endswith("| tokens — | stale 1 | wait s 0.4 | IS mean 1.013")
 
 
 def test_alarms_fire_on_tied_groups_and_falling_answers_only():

@@ -1,0 +1,484 @@
+"""Rollouts generated while the trainer trains: a generation worker process and :class:`AsyncRollouts`.
+
+With ``rl.async_rollouts`` the episodes of step ``t + 1`` are played while step ``t`` trains, by a separate
+process that holds its own copy of the policy (``rl.generation_threads`` torch threads; the trainer keeps
+``threads``). Weights travel through one shared-memory copy of the state dict:
+
+* the trainer **publishes** version ``v`` (the weights after ``v`` optimizer steps) into it at the start of
+  the rollout call of step ``v``;
+* every job names the version it must be generated with (the one current when it was submitted); the worker
+  copies the shared weights into its private model as it starts a job, after checking the version, and
+  acknowledges; the trainer publishes a newer version only once every job tagged with an older one has started.
+  So which weights generate which batch never depends on timing: a run is as reproducible as a synchronous one.
+
+At the rollout call of step ``t`` the trainer publishes ``v = t``, submits the jobs of the next
+``rl.max_staleness`` calls (tagged ``t``), then takes call ``t``'s result (tagged ``t - max_staleness`` once the
+pipeline is full: that is its *staleness*). ``max_staleness: 0`` submits nothing ahead: each call is generated
+with the current weights, in the worker, and the run equals the synchronous one. The tasks of later calls come
+from the trainer (``upcoming``); a job whose tasks turn out not to be the call's (a different order after a
+resume, say) is dropped and the call generated afresh (``async/mispredicted``).
+
+Faults: a worker that exits, raises or sends nothing for ``rl.generation_timeout`` seconds is a
+:class:`GenerationWorkerError` naming what happened; the worker is stopped, nothing of the step is saved (the last
+checkpoint stays as it was) and ``--resume`` continues from it. For an exact resume a checkpoint also holds
+the results of the jobs in flight (:meth:`AsyncRollouts.save`, waited for): the resumed run trains on the
+same stale batches as one that never stopped.
+
+What was reused from TRL 1.16: the importance-sampling modes and their names (see :mod:`.offpolicy`). Not
+reused: ``trl.experimental.async_grpo`` (its rollout worker drives a vLLM server over HTTP and syncs weights
+with NCCL, so it needs GPUs, and it generates single-turn completions, not our env episodes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import queue
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agent_trainers.algorithms.shared.rollouts import EnvRollouts
+from agent_trainers.errors import GenerationWorkerError
+from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.types import Trajectory
+
+__all__ = ["ASYNC_PENDING", "AsyncRollouts", "GenerationJob", "GenerationResult", "GenerationWorkerError"]
+
+ASYNC_PENDING = "async_pending.pkl"
+"""The file of a checkpoint that holds the results of the jobs in flight when it was saved."""
+
+Task = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    """One rollout call for the worker.
+
+    Attributes:
+        job: A number unique to this job (a call can be submitted again after a misprediction).
+        call: The rollout call's index (it seeds the episodes, as in a synchronous run).
+        tasks: ``(env_id, task_index)`` of each group.
+        group: Rollouts per task.
+        config: The rollout settings.
+        version: The weight version (optimizer steps taken) the call must be generated with.
+    """
+
+    job: int
+    call: int
+    tasks: tuple[Task, ...]
+    group: int
+    config: RolloutConfig
+    version: int
+
+
+@dataclass
+class GenerationResult:
+    """What the worker sends back for a job.
+
+    Attributes:
+        call: The job's call.
+        tasks: The job's tasks.
+        version: The weights it was generated with.
+        trajectories: The episodes (dynamic sampling's refills included).
+        stats: Dynamic sampling's figures of the call (``EnvRollouts.last_stats``).
+        seconds: Generation time in the worker.
+        idle: Seconds the worker waited for this job after the previous one ended.
+        rng_state: The worker's torch RNG state after the call. The trainer continues from it, as it would had
+            it generated the call itself (sampling reseeds and draws from torch's global generator, and TRL
+            shuffles a batch with it): so staleness 0 reproduces the synchronous run bit for bit.
+    """
+
+    call: int
+    tasks: tuple[Task, ...]
+    version: int
+    trajectories: list[Trajectory]
+    stats: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    idle: float = 0.0
+    rng_state: torch.Tensor | None = None
+
+
+# ----------------------------------------------------------------------------------------------- the worker
+
+
+def _worker_main(
+    jobs: Any,
+    results: Any,
+    lock: Any,
+    version: Any,
+    shared: dict[str, torch.Tensor],
+    spec: dict[str, Any],
+) -> None:
+    """The worker process: build the model, then play each job with the weights of the version it names."""
+    try:
+        torch.set_num_threads(int(spec["threads"]))
+        _register(spec["env_specs"])
+        model = _build_model(spec)
+        rollouts: EnvRollouts = spec["rollouts"]
+        tokenizer = spec["tokenizer"]
+    except BaseException:  # reported to the trainer, which raises it
+        results.put(("error", -1, traceback.format_exc()))
+        return
+    results.put(("ready", -1, None))
+    ended = time.perf_counter()
+    while True:
+        job: GenerationJob | None = jobs.get()
+        if job is None:
+            return
+        started = time.perf_counter()
+        try:
+            with lock:
+                if int(version.value) != job.version:
+                    raise RuntimeError(
+                        f"call {job.call} must be generated with weights v{job.version}, the shared copy holds "
+                        f"v{int(version.value)}"
+                    )
+                model.load_state_dict(shared, strict=True)
+            results.put(("started", job.job, None))
+            rollouts.calls = job.call
+            trajectories = rollouts.play(list(job.tasks), job.group, rollouts._policy(model, tokenizer), job.config)
+            result = GenerationResult(
+                job.call,
+                job.tasks,
+                job.version,
+                trajectories,
+                dict(rollouts.last_stats),
+                seconds=time.perf_counter() - started,
+                idle=started - ended,
+                rng_state=torch.get_rng_state(),
+            )
+            results.put(("done", job.job, result))
+        except BaseException:  # any failure of a job ends the worker; the trainer raises it
+            results.put(("error", job.job, f"call {job.call}:\n{traceback.format_exc()}"))
+            return
+        ended = time.perf_counter()
+
+
+def _register(specs: Sequence[Any]) -> None:
+    """Register the trainer's env ids that this process does not know (ids a user registered in a script)."""
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401  (the built-in ids)
+
+    for spec in specs:
+        if spec.id not in gym.registry:
+            gym.register(**{k: getattr(spec, k) for k in _SPEC_FIELDS})
+
+
+_SPEC_FIELDS = (
+    "id",
+    "entry_point",
+    "reward_threshold",
+    "nondeterministic",
+    "max_episode_steps",
+    "order_enforce",
+    "disable_env_checker",
+    "additional_wrappers",
+    "vector_entry_point",
+    "kwargs",
+)
+
+
+def _build_model(spec: Mapping[str, Any]) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(spec["config"], dtype=spec["dtype"])
+    if spec.get("generation_config") is not None:
+        model.generation_config = spec["generation_config"]
+    model.eval().requires_grad_(False)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- the trainer
+
+
+def _env_specs(rollouts: EnvRollouts) -> list[Any]:
+    import gymnasium as gym
+
+    ids = dict.fromkeys(str(row["env_id"]) for row in rollouts.rows)
+    # a "module:Name-v0" id registers itself in the worker when gym.make imports its module
+    return [gym.spec(env_id) for env_id in ids if ":" not in env_id]
+
+
+@dataclass
+class _Submitted:
+    call: int
+    tasks: tuple[Task, ...]
+    version: int
+    started: bool = False
+    discard: bool = False
+
+
+class AsyncRollouts:
+    """The trainer's side: publishes weights, submits calls ahead, hands each call its (possibly stale) episodes.
+
+    Args:
+        rollouts: The trainer's rollout player; the worker gets a plain
+            :class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts` copy of its fields (its
+            ``policy_factory``, if any, must pickle).
+        model: The policy being trained (its config, dtype and weights are copied).
+        tokenizer: Its tokenizer.
+        max_staleness: Calls generated ahead (``rl.max_staleness``): 0 generates each call with the current
+            weights.
+        threads: torch threads of the worker (``rl.generation_threads``).
+        timeout: Seconds without word from the worker before :class:`GenerationWorkerError`
+            (``rl.generation_timeout``).
+
+    Example:
+        >>> pool = AsyncRollouts(rollouts, model, tokenizer, max_staleness=1)  # doctest: +SKIP
+        >>> episodes, stats = pool.rollouts_for(0, tasks, 8, config, model, version=0, upcoming=[next_tasks])
+        >>> pool.close()
+    """
+
+    def __init__(
+        self,
+        rollouts: EnvRollouts,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        max_staleness: int = 1,
+        threads: int = 1,
+        timeout: float = 600.0,
+    ):
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0 (got {max_staleness})")
+        if not timeout > 0:
+            raise ValueError(f"the generation timeout must be > 0 seconds (got {timeout})")
+        self.max_staleness, self.timeout = int(max_staleness), float(timeout)
+        device = next(model.parameters()).device
+        if device.type != "cpu":
+            raise ValueError(
+                f"asynchronous rollouts generate in a CPU worker process; the model is on {device} (overlapping GPU "
+                "generation through vLLM's weight sync is not implemented)"
+            )
+        self._state = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
+        base = {f.name: getattr(rollouts, f.name) for f in fields(EnvRollouts) if f.init and f.name != "asynchronous"}
+        self._spec = {
+            "env_specs": _env_specs(rollouts),
+            "rollouts": EnvRollouts(**base),
+            "tokenizer": tokenizer,
+            "config": model.config,
+            "dtype": next(model.parameters()).dtype,
+            "generation_config": getattr(model, "generation_config", None),
+            "threads": int(threads),
+        }
+        self._ctx = torch.multiprocessing.get_context("spawn")
+        self._process: Any = None
+        self._published = -1
+        self._jobs_made = 0
+        self._submitted: dict[int, _Submitted] = {}  # by job number
+        self._done: dict[int, GenerationResult] = {}
+
+    @classmethod
+    def from_settings(cls, rollouts: EnvRollouts, model: torch.nn.Module, tokenizer: Any, rl: Any) -> AsyncRollouts:
+        """One built from the ``rl:`` settings (:class:`~agent_trainers.algorithms.shared.settings.RLConfig`)."""
+        return cls(
+            rollouts,
+            model,
+            tokenizer,
+            max_staleness=rl.max_staleness,
+            threads=rl.generation_threads,
+            timeout=rl.generation_timeout,
+        )
+
+    # ------------------------------------------------------------------ the process
+    def start(self) -> None:
+        """Start the worker (done by the first call); waits until its model is built."""
+        if self._process is not None:
+            return
+        ctx = self._ctx
+        self._jobs, self._results = ctx.Queue(), ctx.Queue()
+        self._lock, self._version = ctx.Lock(), ctx.Value("q", -1)
+        self._process = ctx.Process(
+            target=_worker_main,
+            args=(self._jobs, self._results, self._lock, self._version, self._state, self._spec),
+            name="agent-r1-generation",
+            daemon=True,
+        )
+        self._process.start()
+        kind, _, _ = self._receive("to build its model")
+        if kind != "ready":
+            raise GenerationWorkerError(f"the generation worker sent {kind!r} before it was ready")
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stop the worker (jobs in flight are abandoned): asked to end, or at once with ``kill``."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(Exception):
+            self._jobs.put(None)
+        if not kill:
+            process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+        for q in (self._jobs, self._results):
+            q.cancel_join_thread()
+            q.close()
+        self._submitted.clear()
+
+    def __enter__(self) -> AsyncRollouts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None before it starts)."""
+        return None if self._process is None else int(self._process.pid)
+
+    # ------------------------------------------------------------------ the protocol
+    def rollouts_for(
+        self,
+        call: int,
+        tasks: Sequence[Task],
+        group: int,
+        config: RolloutConfig,
+        model: torch.nn.Module,
+        *,
+        version: int,
+        upcoming: Sequence[Sequence[Task]] = (),
+    ) -> tuple[list[Trajectory], dict[str, float]]:
+        """The episodes of rollout call ``call``, and its figures: dynamic sampling's and ``async/*``.
+
+        Args:
+            call: This call's index (``EnvRollouts.calls``).
+            tasks: Its tasks.
+            group: Rollouts per task.
+            config: Rollout settings (the same for the calls submitted ahead).
+            model: The policy as it is now (published as ``version``).
+            version: Optimizer steps taken so far.
+            upcoming: The tasks of the next calls, in order (at most ``max_staleness`` are submitted).
+
+        Raises:
+            GenerationWorkerError: The worker died, failed or hung (see the module docstring).
+        """
+        began = time.perf_counter()
+        self.start()
+        want = tuple((str(e), int(i)) for e, i in tasks)
+        mispredicted = 0.0
+        known = self._done.get(call) or self._pending(call)
+        if known is not None and known.tasks != want:
+            mispredicted = 1.0
+            self._drop(call)
+        self.publish(model, version)
+        if self._done.get(call) is None and self._pending(call) is None:
+            self._submit(call, want, group, config, version)
+        for ahead, next_tasks in enumerate(list(upcoming)[: self.max_staleness], start=1):
+            later = call + ahead
+            if later not in self._done and self._pending(later) is None:
+                self._submit(later, tuple((str(e), int(i)) for e, i in next_tasks), group, config, version)
+        result = self._await(call)
+        if result.rng_state is not None:
+            torch.set_rng_state(result.rng_state)
+        stats = {
+            **result.stats,
+            "async/staleness": float(version - result.version),
+            "async/trainer_wait": time.perf_counter() - began,
+            "async/generation_time": result.seconds,
+            "async/worker_idle": result.idle,
+            "async/mispredicted": mispredicted,
+        }
+        return result.trajectories, stats
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        """Copy ``model``'s weights into the shared copy as ``version``, once every job tagged older has started."""
+        if version == self._published:
+            return
+        if version < self._published:
+            raise ValueError(f"weights v{version} published after v{self._published}")
+        while any(not s.started and s.version < version for s in self._submitted.values()):
+            self._handle(*self._receive("to start a job"))
+        source = model.state_dict()
+        with self._lock, torch.no_grad():
+            for name, dst in self._state.items():
+                dst.copy_(source[name].detach().to(dst.device, dst.dtype))
+            self._version.value = int(version)
+        self._published = int(version)
+
+    def _pending(self, call: int) -> _Submitted | None:
+        """The job in flight for ``call`` that will be kept, if any."""
+        return next((s for s in self._submitted.values() if s.call == call and not s.discard), None)
+
+    def _submit(self, call: int, tasks: tuple[Task, ...], group: int, config: RolloutConfig, version: int) -> None:
+        self._jobs_made += 1
+        self._submitted[self._jobs_made] = _Submitted(call, tasks, version)
+        self._jobs.put(GenerationJob(self._jobs_made, call, tasks, group, config, version))
+
+    def _drop(self, call: int) -> None:
+        """Forget a call's result, and mark its job in flight to be thrown away when it comes."""
+        self._done.pop(call, None)
+        for s in self._submitted.values():
+            if s.call == call:
+                s.discard = True
+
+    def _await(self, call: int) -> GenerationResult:
+        while call not in self._done:
+            self._handle(*self._receive(f"to finish rollout call {call}"))
+        return self._done.pop(call)
+
+    def _handle(self, kind: str, job: int, payload: Any) -> None:
+        if kind == "started":
+            self._submitted[job].started = True
+        elif kind == "done":
+            submitted = self._submitted.pop(job)
+            if not submitted.discard:
+                self._done[submitted.call] = payload
+        else:
+            self.close(kill=True)
+            raise GenerationWorkerError(f"the generation worker sent {kind!r} for job {job}")
+
+    def _receive(self, what: str) -> tuple[str, int, Any]:
+        """The worker's next message; raises if it exits, fails or stays silent past the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                kind, job, payload = self._results.get(timeout=min(0.5, self.timeout))
+            except queue.Empty:
+                process = self._process
+                if process is None:
+                    raise GenerationWorkerError(f"the generation worker is not running (waiting {what})") from None
+                if not process.is_alive():
+                    code = process.exitcode
+                    self.close(kill=True)
+                    raise GenerationWorkerError(
+                        f"the generation worker exited with code {code} while the trainer waited {what}; nothing of "
+                        "this step was saved: the last checkpoint is intact (--resume continues from it)"
+                    ) from None
+                if time.monotonic() > deadline:
+                    self.close(kill=True)
+                    raise GenerationWorkerError(
+                        f"the generation worker sent nothing for {self.timeout:.0f} s while the trainer waited {what} "
+                        "(rl.generation_timeout); it was stopped. Nothing of this step was saved: the last "
+                        "checkpoint is intact (--resume continues from it)"
+                    ) from None
+                continue
+            if kind == "error":
+                self.close(kill=True)
+                raise GenerationWorkerError(f"the generation worker failed on {payload}")
+            return kind, job, payload
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, folder: str | Path) -> None:
+        """Wait for the jobs in flight and write every result not yet consumed to ``folder/async_pending.pkl``."""
+        while any(not s.discard for s in self._submitted.values()):
+            self._handle(*self._receive("to finish the jobs in flight before a checkpoint"))
+        path = Path(folder) / ASYNC_PENDING
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps({"results": list(self._done.values())}))
+        tmp.replace(path)
+
+    def load(self, folder: str | Path) -> None:
+        """Take the results a checkpoint holds (:meth:`save`); a checkpoint without the file holds none."""
+        path = Path(folder) / ASYNC_PENDING
+        if not path.is_file():
+            return
+        saved = pickle.loads(path.read_bytes())
+        self._done = {r.call: r for r in saved["results"]}
