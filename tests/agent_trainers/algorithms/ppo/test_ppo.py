@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -272,3 +273,40 @@ def test_critic_warmup_trains_the_critic_alone_then_the_policy(tmp_path, one_thr
     assert any(not torch.equal(a, b) for a, b in zip(policy, agent.policy.parameters(), strict=True))
     with pytest.raises(ValueError, match=r"critic_warmup_steps must be < the RL steps \(got 2 and 2\)"):
         check_ppo_settings(*settings(steps=2, critic_warmup_steps=2), RolloutConfig())
+
+
+def test_a_stale_batch_weighs_each_token_s_policy_loss_by_its_truncated_ratio(tmp_path, one_thread, episodes):
+    """rl.async_rollouts: a batch generated one step ago gets w = min(pi_old / pi_behaviour, cap) on each model
+    token, which equals training on advantages times w. The behaviour log-probs are set to the trained policy's
+    shifted by -0.6, 0 or +0.6, so the ratios are e^0.6 = 1.82 (capped to 1.5), 1 and e^-0.6 = 0.55."""
+    trainer = make_trainer(tmp_path, async_rollouts=True, importance_cap=1.5, norm_adv=False)
+    old = trainer.prepare(episodes).old_logprobs
+    stale = copy.deepcopy(episodes)
+    shift = 0.6 * ((torch.arange(old.shape[1]) % 3) - 1).float()
+    for b, t in enumerate(stale):
+        t.logprobs = [float(old[b, n] - shift[n]) if m else 0.0 for n, m in enumerate(t.loss_mask)]
+    trainer.rollout.last_stats = {"async/staleness": 1.0}  # as the generation worker reports a stale call
+    batch = trainer.prepare(stale)
+    agent = batch.rewards.model_mask
+    ones = torch.ones_like(batch.old_logprobs)
+    expected = torch.where(agent, torch.exp(shift).clamp(max=1.5).expand_as(ones), ones)
+    assert batch.is_weights is not None and torch.allclose(batch.is_weights, expected, atol=1e-5)
+    capped = (shift > 0).expand_as(agent)[agent]
+    assert trainer._is_stats["offpolicy/capped"] == pytest.approx(float(capped.float().mean()))
+    assert trainer._is_stats["offpolicy/ratio_max"] == pytest.approx(math.exp(0.6), abs=1e-4)
+    rows = torch.arange(len(episodes))
+    tokens = {"policy": batch.policy_mask.sum(), "value": batch.gae_mask.sum(), "agent": agent.sum()}
+    with torch.no_grad():
+        _, weighted = trainer._micro_loss(batch, rows, tokens)
+        by_hand = copy.copy(batch)
+        by_hand.advantages, by_hand.is_weights = batch.advantages * batch.is_weights, None
+        _, manual = trainer._micro_loss(by_hand, rows, tokens)
+        plain = copy.copy(batch)
+        plain.is_weights = None
+        _, unweighted = trainer._micro_loss(plain, rows, tokens)
+    assert weighted["policy_loss"] == pytest.approx(manual["policy_loss"], abs=1e-6)
+    assert weighted["policy_loss"] != pytest.approx(unweighted["policy_loss"], abs=1e-4)
+    trainer.rollout.last_stats = {"async/staleness": 0.0}  # a fresh batch is not weighted, and says nothing
+    fresh = trainer.prepare(stale)
+    assert fresh.is_weights is None and trainer._is_stats == {}
+    trainer.rollout.asynchronous.close()

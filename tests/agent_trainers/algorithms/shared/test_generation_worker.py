@@ -78,6 +78,20 @@ def test_the_trainer_does_not_wait_for_calls_generated_while_it_trained(model):
     assert stale == [0.0, 1.0, 1.0, 1.0]
 
 
+def test_two_steps_ahead_each_job_still_gets_the_weights_it_was_tagged_with(model):
+    """max_staleness 2 with a slow generator and a fast trainer: when step 1 publishes v1, call 2 (tagged v0) is
+    still queued behind call 1, so the trainer must wait until it has started before overwriting the shared
+    weights; the worker checks the version and would fail the call otherwise."""
+    m, tok = model
+    with AsyncRollouts(rollouts(slow_scripted), m, tok, max_staleness=2, timeout=60) as pool:
+        stale = []
+        for call in range(4):
+            upcoming = [tasks(c % 4) for c in range(call + 1, min(call + 3, 4))]
+            _, stats = pool.rollouts_for(call, tasks(call), 2, CONFIG, m, version=call, upcoming=upcoming)
+            stale.append(stats["async/staleness"])
+    assert stale == [0.0, 1.0, 2.0, 2.0]
+
+
 def test_each_call_is_generated_with_the_weights_of_its_version(model, one_thread):
     """Staleness 0 gives the episodes the trainer's own process would play now; staleness 1 those the previous
     weights would have played (same seeds), token for token."""
