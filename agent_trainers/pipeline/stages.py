@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,6 +207,10 @@ class _RLCallback(TrainerCallback):
         self.state, self.trainer = state, trainer
         self.step_times: list[float] = []
         self.first: dict[str, float] | None = None
+        self.began = time.perf_counter()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.began = time.perf_counter()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         numeric = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
@@ -217,6 +222,7 @@ class _RLCallback(TrainerCallback):
                 "stage": "rl",
                 "algorithm": str(self.state.config.algorithm),
                 "step": int(state.global_step),
+                "rl_seconds": time.perf_counter() - self.began,  # wall time since this stage's training began
             }
         )
         if "step_time" in numeric and is_main_process():

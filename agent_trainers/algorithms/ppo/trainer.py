@@ -229,6 +229,7 @@ class PPOTrainer:
         """Run ``rl.steps`` steps (from a checkpoint's step when resuming); returns the trainer state."""
         if resume_from_checkpoint is not None:
             self._load(Path(resume_from_checkpoint))
+        self._call("on_train_begin")
         try:
             self._train_steps()
         finally:
@@ -314,6 +315,12 @@ class PPOTrainer:
         return picks[self.accelerator.process_index :: world]
 
     def _play(self, tasks: list[tuple[str, int]]) -> list[Trajectory]:
+        began = time.perf_counter()
+        trajectories = self._play_now_or_ahead(tasks)
+        self.rollout.last_stats["time/rollout"] = time.perf_counter() - began
+        return trajectories
+
+    def _play_now_or_ahead(self, tasks: list[tuple[str, int]]) -> list[Trajectory]:
         pool = self.rollout.asynchronous
         if pool is not None:  # played by the generation worker, maybe steps ago; the next steps' submitted
             step = self.state.global_step

@@ -131,8 +131,9 @@ class EnvRollouts:
         dynamic_sampling_tries: The most refill rounds per call.
         bf16: Generate under bf16 autocast (the default policy), as the trainer trains with ``bf16``.
         calls: Rollout calls made so far (saved in checkpoints).
-        last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off), and with
-            ``asynchronous`` the call's ``async/*`` figures.
+        last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off), with
+            ``asynchronous`` the call's ``async/*`` figures, and (set by the trainers) ``time/rollout``: the
+            seconds the trainer spent in the call (generating, or waiting for the generation worker).
         asynchronous: With ``rl.async_rollouts``, the
             :class:`~agent_trainers.algorithms.shared.generation_worker.AsyncRollouts` whose worker plays the
             training calls ahead of time (its pending results go into each checkpoint); None: played in the trainer.

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -109,6 +110,7 @@ class EnvRolloutFunc(EnvRollouts):
         group = trainer.num_generations if training else trainer.num_generations_eval
         tasks = self._tasks(prompts, group)
         config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
+        began = time.perf_counter()
         if self.asynchronous is not None and training:
             trajectories = self._play_async(tasks, group, config, trainer)
         else:
@@ -120,6 +122,7 @@ class EnvRolloutFunc(EnvRollouts):
             finally:
                 trainer.model.train(training)
         self.calls += 1
+        self.last_stats["time/rollout"] = time.perf_counter() - began
         hook = getattr(trainer, "on_trajectories", None)
         if hook is not None:  # AgentGRPOTrainer: per-step samples of this batch
             hook(trajectories)
