@@ -3,6 +3,7 @@ every algorithm trains with it and logs what it did."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -90,3 +91,19 @@ def test_every_algorithm_trains_on_stale_batches_and_logs_it(tmp_path, one_threa
     # the console-line table names them too: metrics.jsonl's canonical keys
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("async/staleness" in r for r in rows if r["stage"] == "rl")
+
+
+@pytest.mark.slow  # a Ray instance of its own in the generation worker (~30 s); CI runs it after the default suite
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (extra `ray`)")
+def test_the_worker_plays_its_envs_in_ray_actors_with_the_same_episodes(tmp_path, one_thread):
+    """rollout.env_actors with async rollouts: the generation worker drives the Ray env pool (started in the
+    worker); the episodes, rewards and losses are those of the run whose worker steps the envs itself."""
+    plain, ray = tmp_path / "plain", tmp_path / "ray"
+    for out, actors in ((plain, 0), (ray, 2)):
+        c = async_config(out, "grpo").model_dump(mode="json")
+        # the actors import the module that registers the test env (as a user's "module:id")
+        c["env"]["id"] = "tests.agent_trainers.pipeline.test_resume:" + c["env"]["id"]
+        c["rollout"]["env_actors"] = actors
+        run_training(config_from_dict(c))
+    assert without_async(rl_records(ray)) == without_async(rl_records(plain))
+    assert same_weights(weights(plain), weights(ray))

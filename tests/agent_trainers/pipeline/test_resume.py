@@ -18,7 +18,14 @@ ENV_ID = "Test/ResumeLookup-v0"
 if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=3, kwargs={"rubric": VARIED_REWARD_RUBRIC})
 
-TIMING = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second", "rl_seconds", "time/rollout")
+TIMING = (
+    "step_time",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "rl_seconds",
+    "time/rollout",
+)
 
 
 class Crash(Exception):
