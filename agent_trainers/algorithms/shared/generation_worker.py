@@ -301,7 +301,15 @@ class AsyncRollouts:
             name="agent-r1-generation",
             daemon=True,
         )
-        self._process.start()
+        try:
+            self._process.start()
+        except (AttributeError, TypeError, pickle.PicklingError) as error:  # what spawn's pickling raises
+            self._process = None
+            raise ValueError(
+                "rl.async_rollouts starts its generation worker with everything it needs pickled (the rollout "
+                f"settings, the tokenizer, a policy_factory if one is set; a lambda or a local function is not): "
+                f"{error}"
+            ) from error
         kind, _, _ = self._receive("to build its model")
         if kind != "ready":
             raise GenerationWorkerError(f"the generation worker sent {kind!r} before it was ready")
