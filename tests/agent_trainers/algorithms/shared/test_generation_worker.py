@@ -193,7 +193,7 @@ def test_a_checkpoint_keeps_the_calls_in_flight_and_a_new_pool_resumes_with_them
 
 def test_bad_settings_are_refused(model):
     m, tok = model
-    with pytest.raises(ValueError, match="pickled .*a lambda or a local function is not"):
+    with pytest.raises(ValueError, match=r"pickled .*a lambda or a local function is not"):
         AsyncRollouts(rollouts(lambda model, tok, seed: ScriptedLookup(tok)), m, tok).start()
     with pytest.raises(ValueError, match="max_staleness must be >= 0"):
         AsyncRollouts(rollouts(), m, tok, max_staleness=-1)
