@@ -330,6 +330,7 @@ class AsyncRollouts:
             q.cancel_join_thread()
             q.close()
         self._submitted.clear()
+        self._published = -1  # a restarted worker gets the weights published again
 
     def __enter__(self) -> AsyncRollouts:
         return self
