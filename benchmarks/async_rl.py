@@ -59,6 +59,9 @@ class Args:
     """Held-aside tasks evaluated after each RL run (the recipe's ``eval`` section otherwise)."""
     sft: bool = True
     """Train the recipe's SFT stage once and start every RL run from it."""
+    start: str = ""
+    """Start every RL run from this checkpoint folder instead (no SFT stage), e.g. ``runs/algos/sft/sft``: the
+    SFT checkpoint ``benchmarks/learning.py`` made from the same recipe."""
     sync2: bool = True
     """Also run the synchronous recipe on 2 threads."""
     quick: bool = False
@@ -92,24 +95,21 @@ def plan(args: Args) -> tuple[Run | None, list[Run]]:
     """The SFT run (None without one) and the RL runs, with their ``--set`` overrides."""
     out = Path(args.out)
     common = [*args.set, f"rl.steps={args.steps}", f"eval.tasks={args.eval_tasks}", "eval.every=0", "eval.before=false"]
-    sft = (
-        Run("sft", [*args.set, "rl.enabled=false", "eval.before=false", "eval.tasks=1"], out / "sft")
-        if args.sft
-        else None
-    )
-    start = (
-        [f"model.name={(out / 'sft' / 'final').resolve()}", "sft.enabled=false"] if args.sft else ["sft.enabled=false"]
-    )
+    sft = None
+    if args.start:
+        common += [f"model.name={Path(args.start).resolve()}", "sft.enabled=false"]
+    elif args.sft:
+        sft = Run("sft", [*args.set, "rl.enabled=false", "eval.before=false", "eval.tasks=1"], out / "sft")
+        common += [f"model.name={(out / 'sft' / 'final').resolve()}", "sft.enabled=false"]
+    else:
+        common += ["sft.enabled=false"]
+    overlap = ["rl.async_rollouts=true", "rl.max_staleness=1", "rl.generation_threads=1"]
     runs = [
-        Run("sync-1", [*common, *start, "threads=1"], out / "sync-1"),
-        Run(
-            "async",
-            [*common, *start, "threads=1", "rl.async_rollouts=true", "rl.max_staleness=1", "rl.generation_threads=1"],
-            out / "async",
-        ),
+        Run("sync-1", [*common, "threads=1"], out / "sync-1"),
+        Run("async", [*common, "threads=1", *overlap], out / "async"),
     ]
     if args.sync2:
-        runs.append(Run("sync-2", [*common, *start, "threads=2"], out / "sync-2"))
+        runs.append(Run("sync-2", [*common, "threads=2"], out / "sync-2"))
     return sft, runs
 
 
