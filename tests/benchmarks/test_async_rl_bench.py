@@ -23,7 +23,7 @@ def test_the_three_runs_differ_only_in_threads_and_async(tmp_path):
     assert "rl.steps=6" in base and f"model.name={(tmp_path / 'sft' / 'final').resolve()}" in base
     quick_sft, quick = bench.plan(bench.parse_args(["--quick", "--no-sync2"]))
     assert quick_sft is None and [r.name for r in quick] == ["sync-1", "async"]
-    assert "model.name=tiny-random" in quick[0].overrides and "rl.steps=30" in quick[0].overrides
+    assert "model.name=tiny-random" in quick[0].overrides and "rl.steps=20" in quick[0].overrides
     no_sft, started = bench.plan(bench.parse_args(["--start", str(tmp_path / "ckpt")]))
     assert no_sft is None and f"model.name={(tmp_path / 'ckpt').resolve()}" in started[1].overrides
 
