@@ -181,7 +181,10 @@ def test_missing_config_file_is_a_one_line_error(tmp_path, capsys):
     assert f"no config file '{tmp_path / 'none.yaml'}'" in err and err.count("\n") == 1
     assert main(["train", "--config", "tinyy"]) == 2
     err = capsys.readouterr().err
-    assert "no config file 'tinyy' (and no packaged config of that name: " in err and "learn_main, learn_textworld, tiny)" in err
+    assert (
+        "no config file 'tinyy' (and no packaged config of that name: " in err
+        and "learn_main, learn_textworld, tiny)" in err
+    )
 
 
 def test_a_packaged_config_is_taken_by_name_from_any_folder(tmp_path, capsys, monkeypatch):
