@@ -2,6 +2,7 @@
 
 * :mod:`.config` - :class:`PPOConfig` (the ``ppo:`` section);
 * :mod:`.trainer` - :class:`PPOTrainer`, read top to bottom like CleanRL's ``ppo.py``;
+* :mod:`.batch` - :class:`PPOBatch`, one step's episodes as tensors, and a stale batch's importance weights;
 * :mod:`.core` - GAE, whitening, the clipped losses, KL estimators (pure tensor functions);
 * :mod:`.actor_critic` - the policy and its critic as one module.
 
@@ -16,7 +17,7 @@ from typing import Any
 
 _LAZY = {
     "PPOTrainer": "trainer",
-    "PPOBatch": "trainer",
+    "PPOBatch": "batch",
     "PPOConfig": "config",
     "KLPlacement": "config",
     "CriticKind": "config",

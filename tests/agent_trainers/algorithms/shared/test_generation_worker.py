@@ -78,6 +78,7 @@ def test_the_trainer_does_not_wait_for_calls_generated_while_it_trained(model):
     assert stale == [0.0, 1.0, 1.0, 1.0]
 
 
+@pytest.mark.slow  # ~10 s; CI runs it after the default suite
 def test_two_steps_ahead_each_job_still_gets_the_weights_it_was_tagged_with(model):
     """max_staleness 2 with a slow generator and a fast trainer: when step 1 publishes v1, call 2 (tagged v0) is
     still queued behind call 1, so the trainer must wait until it has started before overwriting the shared
@@ -92,6 +93,7 @@ def test_two_steps_ahead_each_job_still_gets_the_weights_it_was_tagged_with(mode
     assert stale == [0.0, 1.0, 2.0, 2.0]
 
 
+@pytest.mark.slow  # ~15 s; CI runs it after the default suite
 def test_each_call_is_generated_with_the_weights_of_its_version(model, one_thread):
     """Staleness 0 gives the episodes the trainer's own process would play now; staleness 1 those the previous
     weights would have played (same seeds), token for token."""
@@ -175,6 +177,7 @@ def test_a_failing_job_raises_its_traceback(model):
             pool.rollouts_for(0, [(ENV_ID, 99)], 2, CONFIG, m, version=0, upcoming=[])
 
 
+@pytest.mark.slow  # ~13 s; CI runs it after the default suite
 def test_a_checkpoint_keeps_the_calls_in_flight_and_a_new_pool_resumes_with_them(model, tmp_path):
     m, tok = model
     with AsyncRollouts(rollouts(ScriptedLookupFactory()), m, tok, max_staleness=2) as pool:
