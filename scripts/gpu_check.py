@@ -16,7 +16,12 @@ GPU, the process's peak RSS on a CPU):
 * ``grpo step``: one :class:`~agent_trainers.algorithms.AgentGRPOTrainer` step
   (TRL) on ``episodes / group`` tasks x ``group`` rollouts, split into rollout and update;
 * ``ppo step``: one step of our PPO trainer, when this checkout has it
-  (``PPO: not available in this checkout`` otherwise).
+  (``PPO: not available in this checkout`` otherwise);
+* ``ppo sync`` and ``ppo async``: ``async_steps`` PPO steps without and with
+  ``rl.async_rollouts`` (a generation worker process on the same device,
+  ``max_staleness`` 1): seconds per step and the seconds the trainer sat idle
+  in each step's rollout call, over the steps after the first (the first
+  has nothing generated ahead), and the ratio of their step rates.
 
 Run it through ``scripts/gpu_check.sh`` (which installs carried wheels first),
 or ``python scripts/gpu_check.py --tiny`` on any CPU.
@@ -74,10 +79,15 @@ class Args:
     """Size of the BPE vocabulary trained here (the model's embedding keeps Qwen's 151,936 rows)."""
     seed: int = 0
     """Seed of the weights, the tokenizer's training order, sampling and resets."""
+    async_steps: int = 4
+    """PPO steps of each of the sync and async rows (0: no async rows; else at least 2)."""
 
     def __post_init__(self) -> None:
         if self.tiny:
             self.episodes, self.group, self.turns, self.max_new_tokens = 4, 2, 2, 8
+            self.async_steps = min(self.async_steps, 3)
+        if self.async_steps == 1 or self.async_steps < 0:
+            raise ValueError(f"--async-steps is 0 (no async rows) or at least 2 (got {self.async_steps})")
         if self.episodes % self.group:
             raise ValueError(f"episodes must be divisible by group (got {self.episodes} and {self.group})")
 
@@ -237,6 +247,47 @@ def ppo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -
     return _step_row("ppo step (ours)", wall, fn.play_s, peak.gib())
 
 
+def async_rows(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -> list[dict[str, Any]]:
+    """``async_steps`` PPO steps synchronous, then as many with ``rl.async_rollouts`` (staleness 1)."""
+    from agent_trainers.algorithms import PPOConfig, RLConfig
+    from agent_trainers.algorithms.ppo import PPOTrainer
+    from agent_trainers.algorithms.trl_adapter.rollout_func import grpo_dataset_rows
+
+    rows, rates = [], {}
+    for overlap in (False, True):
+        fn = _timed_rollout_func(grpo_dataset_rows(ENV_ID, range(args.episodes // args.group)), args)
+        rl = RLConfig(steps=args.async_steps, num_generations=args.group, prompts_per_step=args.episodes // args.group,
+                      learning_rate=1e-6, save_steps=args.async_steps, async_rollouts=overlap)  # fmt: skip
+        ppo = PPOConfig(update_epochs=1, num_minibatches=1, micro_batch_size=min(args.episodes, 4))
+        name = "ppo async" if overlap else "ppo sync"
+        trainer = PPOTrainer(model, tok, fn, rl, ppo, output_dir=out / name.replace(" ", "_"), seed=args.seed,
+                             device=device.type)  # fmt: skip
+        walls, idle, stale = [], [], []
+        with Peak(device) as peak:
+            try:
+                for _ in range(args.async_steps):  # step() by hand: train() would write a checkpoint
+                    start = time.perf_counter()
+                    metrics = trainer.step()
+                    trainer.state.global_step += 1
+                    walls.append(time.perf_counter() - start)
+                    idle.append(metrics["time/rollout"])
+                    stale.append(metrics.get("async/staleness", 0.0))
+            finally:
+                if trainer.rollout.asynchronous is not None:
+                    trainer.rollout.asynchronous.close()
+        wall, wait = sum(walls[1:]) / len(walls[1:]), sum(idle[1:]) / len(idle[1:])
+        rates[overlap] = 1 / wall
+        note = (f"trainer idle {wait:.2f} s/step in the rollout call (steps 2-{args.async_steps}; step 1 "
+                f"{walls[0]:.1f} s), staleness {max(stale):.0f}")  # fmt: skip
+        rows.append({"row": name, "seconds": wall, "rate": f"{1 / wall:.3f} steps/s", "peak": peak.gib(),
+                     "note": note})  # fmt: skip
+        print(f"[gpu_check] {name}: {wall:.2f} s/step, trainer idle {wait:.2f} s/step", flush=True)
+        del trainer
+        _free(device)
+    rows[-1]["note"] += f"; {rates[True] / rates[False]:.2f}x the sync steps/s"
+    return rows
+
+
 def print_table(rows: list[dict[str, Any]], title: str) -> None:
     print(f"\n{title}")
     print(f"{'row':<17} {'seconds':>8} {'rate':>14} {'peak GiB':>9}  note")
@@ -263,11 +314,17 @@ def main(args: Args) -> None:
              f"{model.dtype}; {args.episodes} episodes x {args.turns} turns x {args.max_new_tokens} new tokens; "
              f"torch {torch.__version__}")  # fmt: skip
     rows = [rollout_row(args, model, tok, device)]
+    print(f"[gpu_check] rollout: {rows[-1]['seconds']:.2f} s, {rows[-1]['rate']}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows.append(grpo_row(args, model, tok, device, Path(tmp)))
+        print(f"[gpu_check] grpo step: {rows[-1]['seconds']:.2f} s", flush=True)
         _free(device)
         if ppo_available():
             rows.append(ppo_row(args, model, tok, device, Path(tmp)))
+            print(f"[gpu_check] {rows[-1]['row']}: {rows[-1]['seconds']:.2f} s", flush=True)
+            _free(device)
+            if args.async_steps:
+                rows.extend(async_rows(args, model, tok, device, Path(tmp)))
         else:
             print("PPO: not available in this checkout")
     print_table(rows, title)

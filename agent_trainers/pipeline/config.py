@@ -315,11 +315,6 @@ def preflight(config: TrainConfig) -> None:
     check_device(config.device)
     check_logger(config.report_to)
     if config.rl.enabled and config.rl.async_rollouts:
-        if config.device is Device.CUDA:
-            raise ValueError(
-                "rl.async_rollouts runs its generation worker on the CPU (device: cpu); overlapping GPU "
-                "generation through vLLM's weight sync is not implemented"
-            )
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError(
                 "rl.async_rollouts runs one generation worker for one training process (not under "

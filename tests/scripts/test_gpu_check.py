@@ -38,6 +38,10 @@ def test_args_and_flags():
     assert not gpu_check.parse_args([]).tiny
     with pytest.raises(ValueError, match="divisible by group"):
         gpu_check.Args(episodes=6, group=4)
+    assert gpu_check.parse_args([]).async_steps == 4 and gpu_check.parse_args(["--tiny"]).async_steps == 3
+    assert gpu_check.parse_args(["--async-steps", "0"]).async_steps == 0
+    with pytest.raises(ValueError, match="at least 2"):
+        gpu_check.Args(async_steps=1)  # the rows average the steps after the first
 
 
 @pytest.mark.slow
@@ -52,6 +56,8 @@ def test_tiny_run_prints_the_table():
     assert table[3].startswith("grpo step (TRL)")
     if gpu_check.ppo_available():
         assert table[4].startswith("ppo step (ours)")
+        assert table[5].startswith("ppo sync") and "staleness 0" in table[5]
+        assert table[6].startswith("ppo async") and "staleness 1" in table[6] and "x the sync steps/s" in table[6]
     else:
         assert "PPO: not available in this checkout" in done.stdout
 

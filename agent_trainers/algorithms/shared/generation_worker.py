@@ -2,7 +2,10 @@
 
 With ``rl.async_rollouts`` the episodes of step ``t + 1`` are played while step ``t`` trains, by a separate
 process that holds its own copy of the policy (``rl.generation_threads`` torch threads; the trainer keeps
-``threads``). Weights travel through one shared-memory copy of the state dict:
+``threads``), on the trainer's device. Weights travel through one shared copy of the state dict: in shared
+memory on a CPU; on a GPU a second copy on the same GPU, which the worker maps through CUDA IPC (torch's
+``multiprocessing`` hands CUDA tensors over without a host round trip), so a weight sync is two device-to-device
+copies:
 
 * the trainer **publishes** version ``v`` (the weights after ``v`` optimizer steps) into it at the start of
   the rollout call of step ``v``;
@@ -26,7 +29,8 @@ same stale batches as one that never stopped.
 
 What was reused from TRL 1.16: the importance-sampling modes and their names (see :mod:`.offpolicy`). Not
 reused: ``trl.experimental.async_grpo`` (its rollout worker drives a vLLM server over HTTP and syncs weights
-with NCCL, so it needs GPUs, and it generates single-turn completions, not our env episodes).
+with NCCL, and it generates single-turn completions, not our env episodes). The worker generates with
+``transformers`` (our rollout engine); overlapping vLLM generation (``rl.vllm``) is not implemented.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class GenerationResult:
         rng_state: The worker's torch RNG state after the call. The trainer continues from it, as it would had
             it generated the call itself (sampling reseeds and draws from torch's global generator, and TRL
             shuffles a batch with it): so staleness 0 reproduces the synchronous run bit for bit.
+        cuda_rng_state: The same for the CUDA generator of the worker's GPU (None on a CPU).
     """
 
     call: int
@@ -102,6 +107,7 @@ class GenerationResult:
     seconds: float = 0.0
     idle: float = 0.0
     rng_state: torch.Tensor | None = None
+    cuda_rng_state: torch.Tensor | None = None
 
 
 # ----------------------------------------------------------------------------------------------- the worker
@@ -140,6 +146,7 @@ def _worker_main(
                         f"v{int(version.value)}"
                     )
                 model.load_state_dict(shared, strict=True)
+                _synchronize(model)  # the copy is done before the trainer may write the next version
             results.put(("started", job.job, None))
             rollouts.calls = job.call
             trajectories = rollouts.play(list(job.tasks), job.group, rollouts._policy(model, tokenizer), job.config)
@@ -152,6 +159,7 @@ def _worker_main(
                 seconds=time.perf_counter() - started,
                 idle=started - ended,
                 rng_state=torch.get_rng_state(),
+                cuda_rng_state=_cuda_rng_state(model),
             )
             results.put(("done", job.job, result))
         except BaseException:  # any failure of a job ends the worker; the trainer raises it
@@ -188,11 +196,28 @@ _SPEC_FIELDS = (
 def _build_model(spec: Mapping[str, Any]) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_config(spec["config"], dtype=spec["dtype"])
+    with torch.device(spec["device"]):
+        model = AutoModelForCausalLM.from_config(spec["config"], dtype=spec["dtype"])
     if spec.get("generation_config") is not None:
         model.generation_config = spec["generation_config"]
     model.eval().requires_grad_(False)
     return model
+
+
+def _synchronize(model_or_tensor: torch.nn.Module | torch.Tensor) -> None:
+    """Wait for the copies queued on a GPU (copies there are asynchronous; a CPU copy has finished already)."""
+    device = model_or_tensor.device if isinstance(model_or_tensor, torch.Tensor) else _device(model_or_tensor)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _cuda_rng_state(model: torch.nn.Module) -> torch.Tensor | None:
+    device = _device(model)
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 # ---------------------------------------------------------------------------------------------- the trainer
@@ -251,13 +276,14 @@ class AsyncRollouts:
         if not timeout > 0:
             raise ValueError(f"the generation timeout must be > 0 seconds (got {timeout})")
         self.max_staleness, self.timeout = int(max_staleness), float(timeout)
-        device = next(model.parameters()).device
-        if device.type != "cpu":
-            raise ValueError(
-                f"asynchronous rollouts generate in a CPU worker process; the model is on {device} (overlapping GPU "
-                "generation through vLLM's weight sync is not implemented)"
-            )
-        self._state = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
+        device = _device(model)
+        if device.type == "cpu":  # shared memory the worker maps
+            self._state = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
+        elif device.type == "cuda":  # a second copy on the same GPU, which the worker maps through CUDA IPC
+            self._state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            _synchronize(model)
+        else:
+            raise ValueError(f"asynchronous rollouts run on a CPU or a CUDA GPU; the model is on {device}")
         base = {f.name: getattr(rollouts, f.name) for f in fields(EnvRollouts) if f.init and f.name != "asynchronous"}
         self._spec = {
             "env_specs": _env_specs(rollouts),
@@ -267,6 +293,7 @@ class AsyncRollouts:
             "dtype": next(model.parameters()).dtype,
             "generation_config": getattr(model, "generation_config", None),
             "threads": int(threads),
+            "device": str(device),
         }
         self._ctx = torch.multiprocessing.get_context("spawn")
         self._process: Any = None
@@ -387,6 +414,8 @@ class AsyncRollouts:
         result = self._await(call)
         if result.rng_state is not None:
             torch.set_rng_state(result.rng_state)
+        if result.cuda_rng_state is not None:
+            torch.cuda.set_rng_state(result.cuda_rng_state, _device(model))
         stats = {
             **result.stats,
             "async/staleness": float(version - result.version),
@@ -409,6 +438,7 @@ class AsyncRollouts:
         with self._lock, torch.no_grad():
             for name, dst in self._state.items():
                 dst.copy_(source[name].detach().to(dst.device, dst.dtype))
+            _synchronize(next(iter(self._state.values())))  # written before the worker may read it
             self._version.value = int(version)
         self._published = int(version)
 

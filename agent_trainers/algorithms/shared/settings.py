@@ -162,8 +162,8 @@ class RLConfig(BaseModel):
     async_rollouts: bool = False
     """Generate the next steps' episodes while this step trains, in a separate generation process with its own
     copy of the policy, synced after each optimizer step (:mod:`~agent_trainers.algorithms.shared.generation_worker`;
-    CPU, every algorithm). A batch may then come from a policy up to ``max_staleness`` steps old, corrected by
-    ``importance_sampling``."""
+    a CPU or one GPU, every algorithm). A batch may then come from a policy up to ``max_staleness`` steps old,
+    corrected by ``importance_sampling``."""
     max_staleness: int = Field(default=1, ge=0)
     """With ``async_rollouts``: how many steps ahead episodes are generated, so how many optimizer steps old their
     policy may be (0: each step's episodes come from the current weights, in the worker: the synchronous run)."""
@@ -200,8 +200,8 @@ class RLConfig(BaseModel):
     def _async_settings_need_async(self) -> RLConfig:
         if self.async_rollouts and self.vllm is not VLLMMode.NONE:
             raise ValueError(
-                "rl.async_rollouts generates in a CPU worker process; with rl.vllm the generation is vLLM's and "
-                "overlapping it with training is not implemented here (set one of them off)"
+                "rl.async_rollouts generates with transformers in a worker process; with rl.vllm the generation is "
+                "vLLM's and overlapping it with training is not implemented here (set one of them off)"
             )
         if not self.async_rollouts:
             for key in sorted(ASYNC_SETTINGS):

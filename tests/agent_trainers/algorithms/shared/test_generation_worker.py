@@ -202,3 +202,5 @@ def test_bad_settings_are_refused(model):
         AsyncRollouts(rollouts(), m, tok, max_staleness=-1)
     with pytest.raises(ValueError, match="timeout must be > 0"):
         AsyncRollouts(rollouts(), m, tok, timeout=0)
+    with pytest.raises(ValueError, match="run on a CPU or a CUDA GPU; the model is on meta"):
+        AsyncRollouts(rollouts(), copy.deepcopy(m).to("meta"), tok)
