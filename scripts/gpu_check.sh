@@ -40,4 +40,7 @@ if ! "$python" -c "import trl, gymnasium, pydantic, tyro" 2>/dev/null; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONUNBUFFERED=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+# The GPU image has JAX, which something in the import chain loads: by default it grabs 75% of the GPU in each
+# process (trainer and generation worker), which leaves the async rows out of memory.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 exec "$python" scripts/gpu_check.py "$@"
