@@ -27,6 +27,9 @@ checkpoint stays as it was) and ``--resume`` continues from it. For an exact res
 the results of the jobs in flight (:meth:`AsyncRollouts.save`, waited for): the resumed run trains on the
 same stale batches as one that never stopped.
 
+The process's own side (the job and result types, its main loop) is
+:mod:`~agent_trainers.algorithms.shared.generation_process`.
+
 What was reused from TRL 1.16: the importance-sampling modes and their names (see :mod:`.offpolicy`). Not
 reused: ``trl.experimental.async_grpo`` (its rollout worker drives a vLLM server over HTTP and syncs weights
 with NCCL, and it generates single-turn completions, not our env episodes). The worker generates with
@@ -39,14 +42,21 @@ import contextlib
 import pickle
 import queue
 import time
-import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agent_trainers.algorithms.shared.generation_process import (
+    GenerationJob,
+    GenerationResult,
+    Task,
+    model_device,
+    synchronize,
+    worker_main,
+)
 from agent_trainers.algorithms.shared.rollouts import EnvRollouts
 from agent_trainers.errors import GenerationWorkerError
 from agent_trainers.rollout.config import RolloutConfig
@@ -56,169 +66,6 @@ __all__ = ["ASYNC_PENDING", "AsyncRollouts", "GenerationJob", "GenerationResult"
 
 ASYNC_PENDING = "async_pending.pkl"
 """The file of a checkpoint that holds the results of the jobs in flight when it was saved."""
-
-Task = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class GenerationJob:
-    """One rollout call for the worker.
-
-    Attributes:
-        job: A number unique to this job (a call can be submitted again after a misprediction).
-        call: The rollout call's index (it seeds the episodes, as in a synchronous run).
-        tasks: ``(env_id, task_index)`` of each group.
-        group: Rollouts per task.
-        config: The rollout settings.
-        version: The weight version (optimizer steps taken) the call must be generated with.
-    """
-
-    job: int
-    call: int
-    tasks: tuple[Task, ...]
-    group: int
-    config: RolloutConfig
-    version: int
-
-
-@dataclass
-class GenerationResult:
-    """What the worker sends back for a job.
-
-    Attributes:
-        call: The job's call.
-        tasks: The job's tasks.
-        version: The weights it was generated with.
-        trajectories: The episodes (dynamic sampling's refills included).
-        stats: Dynamic sampling's figures of the call (``EnvRollouts.last_stats``).
-        seconds: Generation time in the worker.
-        idle: Seconds the worker waited for this job after the previous one ended.
-        rng_state: The worker's torch RNG state after the call. The trainer continues from it, as it would had
-            it generated the call itself (sampling reseeds and draws from torch's global generator, and TRL
-            shuffles a batch with it): so staleness 0 reproduces the synchronous run bit for bit.
-        cuda_rng_state: The same for the CUDA generator of the worker's GPU (None on a CPU).
-    """
-
-    call: int
-    tasks: tuple[Task, ...]
-    version: int
-    trajectories: list[Trajectory]
-    stats: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    idle: float = 0.0
-    rng_state: torch.Tensor | None = None
-    cuda_rng_state: torch.Tensor | None = None
-
-
-# ----------------------------------------------------------------------------------------------- the worker
-
-
-def _worker_main(
-    jobs: Any,
-    results: Any,
-    lock: Any,
-    version: Any,
-    shared: dict[str, torch.Tensor],
-    spec: dict[str, Any],
-) -> None:
-    """The worker process: build the model, then play each job with the weights of the version it names."""
-    try:
-        torch.set_num_threads(int(spec["threads"]))
-        _register(spec["env_specs"])
-        model = _build_model(spec)
-        rollouts: EnvRollouts = spec["rollouts"]
-        tokenizer = spec["tokenizer"]
-    except BaseException:  # reported to the trainer, which raises it
-        results.put(("error", -1, traceback.format_exc()))
-        return
-    results.put(("ready", -1, None))
-    ended = time.perf_counter()
-    while True:
-        job: GenerationJob | None = jobs.get()
-        if job is None:
-            return
-        started = time.perf_counter()
-        try:
-            with lock:
-                if int(version.value) != job.version:
-                    raise RuntimeError(
-                        f"call {job.call} must be generated with weights v{job.version}, the shared copy holds "
-                        f"v{int(version.value)}"
-                    )
-                model.load_state_dict(shared, strict=True)
-                _synchronize(model)  # the copy is done before the trainer may write the next version
-            results.put(("started", job.job, None))
-            rollouts.calls = job.call
-            trajectories = rollouts.play(list(job.tasks), job.group, rollouts._policy(model, tokenizer), job.config)
-            result = GenerationResult(
-                job.call,
-                job.tasks,
-                job.version,
-                trajectories,
-                dict(rollouts.last_stats),
-                seconds=time.perf_counter() - started,
-                idle=started - ended,
-                rng_state=torch.get_rng_state(),
-                cuda_rng_state=_cuda_rng_state(model),
-            )
-            results.put(("done", job.job, result))
-        except BaseException:  # any failure of a job ends the worker; the trainer raises it
-            results.put(("error", job.job, f"call {job.call}:\n{traceback.format_exc()}"))
-            return
-        ended = time.perf_counter()
-
-
-def _register(specs: Sequence[Any]) -> None:
-    """Register the trainer's env ids that this process does not know (ids a user registered in a script)."""
-    import gymnasium as gym
-
-    import agent_gym  # noqa: F401  (the built-in ids)
-
-    for spec in specs:
-        if spec.id not in gym.registry:
-            gym.register(**{k: getattr(spec, k) for k in _SPEC_FIELDS})
-
-
-_SPEC_FIELDS = (
-    "id",
-    "entry_point",
-    "reward_threshold",
-    "nondeterministic",
-    "max_episode_steps",
-    "order_enforce",
-    "disable_env_checker",
-    "additional_wrappers",
-    "vector_entry_point",
-    "kwargs",
-)
-
-
-def _build_model(spec: Mapping[str, Any]) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    with torch.device(spec["device"]):
-        model = AutoModelForCausalLM.from_config(spec["config"], dtype=spec["dtype"])
-    if spec.get("generation_config") is not None:
-        model.generation_config = spec["generation_config"]
-    model.eval().requires_grad_(False)
-    return model
-
-
-def _synchronize(model_or_tensor: torch.nn.Module | torch.Tensor) -> None:
-    """Wait for the copies queued on a GPU (copies there are asynchronous; a CPU copy has finished already)."""
-    device = model_or_tensor.device if isinstance(model_or_tensor, torch.Tensor) else _device(model_or_tensor)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _cuda_rng_state(model: torch.nn.Module) -> torch.Tensor | None:
-    device = _device(model)
-    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
 
 # ---------------------------------------------------------------------------------------------- the trainer
 
@@ -276,12 +123,12 @@ class AsyncRollouts:
         if not timeout > 0:
             raise ValueError(f"the generation timeout must be > 0 seconds (got {timeout})")
         self.max_staleness, self.timeout = int(max_staleness), float(timeout)
-        device = _device(model)
+        device = model_device(model)
         if device.type == "cpu":  # shared memory the worker maps
             self._state = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
         elif device.type == "cuda":  # a second copy on the same GPU, which the worker maps through CUDA IPC
             self._state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            _synchronize(model)
+            synchronize(model)
         else:
             raise ValueError(f"asynchronous rollouts run on a CPU or a CUDA GPU; the model is on {device}")
         base = {f.name: getattr(rollouts, f.name) for f in fields(EnvRollouts) if f.init and f.name != "asynchronous"}
@@ -323,7 +170,7 @@ class AsyncRollouts:
         self._jobs, self._results = ctx.Queue(), ctx.Queue()
         self._lock, self._version = ctx.Lock(), ctx.Value("q", -1)
         self._process = ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(self._jobs, self._results, self._lock, self._version, self._state, self._spec),
             name="agent-r1-generation",
             daemon=True,
@@ -415,7 +262,7 @@ class AsyncRollouts:
         if result.rng_state is not None:
             torch.set_rng_state(result.rng_state)
         if result.cuda_rng_state is not None:
-            torch.cuda.set_rng_state(result.cuda_rng_state, _device(model))
+            torch.cuda.set_rng_state(result.cuda_rng_state, model_device(model))
         stats = {
             **result.stats,
             "async/staleness": float(version - result.version),
@@ -438,7 +285,7 @@ class AsyncRollouts:
         with self._lock, torch.no_grad():
             for name, dst in self._state.items():
                 dst.copy_(source[name].detach().to(dst.device, dst.dtype))
-            _synchronize(next(iter(self._state.values())))  # written before the worker may read it
+            synchronize(next(iter(self._state.values())))  # written before the worker may read it
             self._version.value = int(version)
         self._published = int(version)
 
