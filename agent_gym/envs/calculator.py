@@ -236,8 +236,9 @@ class CalculatorEnv(ProceduralEnv[ArithmeticTask]):
     Args:
         num_tasks: How many distinct tasks (generated lazily from the index).
         task_seed: Selects a different family of ``num_tasks`` tasks.
-        reward: ``"process"`` (step rewards, evidence = gold intermediate
-            values) or ``"outcome"`` (Agent-R1's outcome reward).
+        reward: ``"gated"`` (the default: step penalties, and the evidence - gold intermediate values
+            computed - paid on the answer), ``"process"`` (evidence paid as it is found) or ``"outcome"``
+            (Agent-R1's outcome reward).
         answer_metric: ``"em"`` (exact value; also reported as ``f1``).
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         reward_weights: Override rubric term weights by name.

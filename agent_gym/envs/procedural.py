@@ -28,7 +28,8 @@ class ProceduralEnv(ToolEnv[TaskT]):
     Args:
         num_tasks: How many distinct tasks (generated lazily from the index).
         task_seed: Selects a different family of ``num_tasks`` tasks.
-        reward: Rubric preset, ``"process"`` or ``"outcome"``.
+        reward: Rubric preset: ``"gated"`` (the default: evidence paid on the answer), ``"process"`` (evidence
+            paid as it is found) or ``"outcome"`` (the paper's).
         answer_metric: ``"em"`` or ``"f1"`` for the answer reward.
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         reward_weights: Override rubric term weights by name (of the preset, or of ``rubric``).
@@ -43,7 +44,7 @@ class ProceduralEnv(ToolEnv[TaskT]):
         *,
         num_tasks: int = 10_000,
         task_seed: int = 0,
-        reward: str = "process",
+        reward: str = "gated",
         answer_metric: str = "em",
         shaping_gamma: float | None = None,
         reward_weights: Mapping[str, float] | None = None,

@@ -170,7 +170,8 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         corpus: ``"question"`` (each question's own paragraphs), ``"pooled"``
             (all loaded paragraphs) or a path to a corpus file.
         action_format: ``"tool_call"`` or ``"tags"`` (``<search>q</search>``).
-        reward: Rubric preset, ``"process"`` or ``"outcome"``.
+        reward: Rubric preset: ``"gated"`` (the default: evidence paid on the answer), ``"process"`` (evidence
+            paid as it is found) or ``"outcome"`` (the paper's).
         answer_metric: ``"f1"`` or ``"em"`` for the answer reward.
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         reward_weights: Override rubric term weights by name (of the preset, or of ``rubric``), e.g.
@@ -210,7 +211,7 @@ class MultiHopQAEnv(ToolEnv[QATask]):
         source: str | None = None,
         corpus: str | Path = "question",
         action_format: str = "tool_call",
-        reward: str = "process",
+        reward: str = "gated",
         answer_metric: str = "f1",
         shaping_gamma: float | None = None,
         reward_weights: Mapping[str, float] | None = None,

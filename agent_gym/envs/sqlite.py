@@ -347,9 +347,9 @@ class SqliteEnv(ProceduralEnv[SqlTask]):
     Args:
         num_tasks: How many distinct tasks (generated lazily from the index).
         task_seed: Selects a different family of ``num_tasks`` tasks.
-        reward: ``"process"`` (step rewards; evidence = tables the gold
-            queries read; plus ``valid_query``) or ``"outcome"`` (Agent-R1's
-            outcome reward only).
+        reward: ``"gated"`` (the default: step penalties plus ``valid_query``, and the evidence - tables the
+            gold queries read - paid on the answer), ``"process"`` (evidence paid as it is found) or
+            ``"outcome"`` (Agent-R1's outcome reward only).
         answer_metric: ``"em"`` or ``"f1"`` (set F1 over listed values).
         shaping_gamma: Add potential-based shaping with this γ (``None``: off).
         reward_weights: Override rubric term weights by name.

@@ -9,17 +9,18 @@ with declared bounds. Presets combine them:
 * ``"process"`` - per-step process rewards: a format penalty, a bonus for each
   gold evidence item found for the first time, a repeated-call penalty, a
   small step cost, plus the answer score.
-* ``"gated"`` - the same terms, but the evidence bonus is paid once, on the
-  answer, for all the evidence the episode found: an episode that never
-  answers earns only its penalties. Under ``"process"`` searching until the
-  turn limit can pay more than a (wrong) answer; under ``"gated"`` it cannot.
+* ``"gated"`` (the default) - the same terms, but the evidence bonus is paid
+  once, on the answer, for all the evidence the episode found: an episode that
+  never answers earns only its penalties. Under ``"process"`` searching until
+  the turn limit can pay more than a (wrong) answer; under ``"gated"`` it cannot.
 
 Either preset can add potential-based shaping ``γΦ(s') - Φ(s)`` with Φ the
 fraction of gold evidence found (Ng, Harada & Russell, 1999), which leaves the
 optimal policy unchanged.
 
 Every term declares its bounds on final (answer) and non-final steps, so
-``Rubric.reward_range`` is the exact per-step range. For ``"process"`` with
+``Rubric.reward_range`` is the exact per-step range. For ``"gated"`` it is
+``(-0.16, 1.2)`` (a correct answer with all the evidence). For ``"process"`` with
 the default weights it is ``(-0.16, 1.0)``: the low end is a malformed
 action that repeats a call (``-0.1 - 0.05 - 0.01``), the high end a correct
 answer; a non-final step earns at most ``0.2 - 0.01``. Shaping with γ adds
@@ -170,7 +171,7 @@ def _shaping_term(gamma: float) -> RewardTerm:
 
 
 def make_rubric(
-    preset: str | Preset = Preset.PROCESS,
+    preset: str | Preset = Preset.GATED,
     *,
     answer_metric: str | AnswerMetric = AnswerMetric.F1,
     shaping_gamma: float | None = None,
@@ -179,7 +180,7 @@ def make_rubric(
     """Build a preset rubric.
 
     Args:
-        preset: ``"outcome"``, ``"process"`` or ``"gated"``.
+        preset: ``"gated"`` (the default), ``"process"`` or ``"outcome"``.
         answer_metric: ``"em"`` or ``"f1"`` for the answer term.
         shaping_gamma: If set, add the potential-based ``shaping`` term with this γ in (0, 1].
         weights: Override term weights by name (0 turns a term into a logged metric).
@@ -209,7 +210,7 @@ def make_rubric(
 def env_rubric(
     rubric: Rubric | None = None,
     *,
-    reward: str | Preset = Preset.PROCESS,
+    reward: str | Preset = Preset.GATED,
     answer_metric: str | AnswerMetric = AnswerMetric.F1,
     shaping_gamma: float | None = None,
     reward_weights: Mapping[str, float] | None = None,

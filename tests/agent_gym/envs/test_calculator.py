@@ -46,7 +46,7 @@ def test_gold_steps_are_exact_cents():
 
 
 def test_intermediate_results_earn_evidence_but_typed_numbers_do_not():
-    env = CalculatorEnv(shaping_gamma=1.0)
+    env = CalculatorEnv(reward="process", shaping_gamma=1.0)
     env.reset(seed=0, options={"task_index": 1})
     task = env.state.task
     first = task.steps[0]

@@ -48,7 +48,14 @@ def test_check_text_env_passes(env_id: str) -> None:
 
 def test_check_text_env_with_tags_pooled_corpus_and_noise() -> None:
     noise = {"failure_prob": 0.2, "truncate_prob": 0.2, "retrieval": {"drop_prob": 0.3, "distractor_prob": 0.3}}
-    env = gym.make("AgentR1/HotpotQA-v0", action_format="tags", corpus="pooled", tool_noise=noise, shaping_gamma=0.9)
+    env = gym.make(
+        "AgentR1/HotpotQA-v0",
+        action_format="tags",
+        corpus="pooled",
+        tool_noise=noise,
+        reward="process",
+        shaping_gamma=0.9,
+    )
     check_text_env(env, seeds=(0, 1, 2, 3))
 
 
@@ -109,7 +116,7 @@ def test_adversarial_actions_never_crash(env_id: str) -> None:
 
 # --------------------------------------------------------------- rewards and modes
 def test_process_rewards_follow_the_oracle_episode() -> None:
-    env = gym.make("AgentR1/HotpotQA-v0", shaping_gamma=1.0)
+    env = gym.make("AgentR1/HotpotQA-v0", reward="process", shaping_gamma=1.0)
     info, infos = play_oracle(env, seed=0, task_index=0)
     assert [len(i["new_evidence"]) for i in infos] == [1, 1, 0]
     assert [i["reward_raw"]["evidence"] for i in infos] == [0.5, 0.5, 0.0]

@@ -69,7 +69,7 @@ def test_numpy_task_index_through_gym_make():
 
 @pytest.mark.parametrize("env_id", ["AgentR1/HotpotQA-v0", "AgentR1/2WikiMultihopQA-v0", "AgentR1/MuSiQue-v0"])
 def test_reward_range_is_exact_and_both_ends_are_reached(env_id):
-    env = gym.make(env_id, max_episode_steps=20)
+    env = gym.make(env_id, max_episode_steps=20, reward="process")
     assert env.unwrapped.reward_range == pytest.approx((-0.16, 1.0))
     env.reset(seed=0, options={"task_index": 1})
     call = env.unwrapped.oracle_action()

@@ -28,15 +28,15 @@ def oracle_rewards(env_id, **kwargs):
 
 # Task 0 of each train split has 2 gold paragraphs; the oracle finds HotpotQA's and MuSiQue's one search
 # at a time and 2Wiki's both with its first search, then answers right (F1 1).
-DEFAULT = {  # process: 0.2 x the evidence fraction found - 0.01 step cost; the answer 1.0
-    "AgentR1/HotpotQA-v0": [0.2 * 0.5 - 0.01, 0.2 * 0.5 - 0.01, 1.0],
-    "AgentR1/2WikiMultihopQA-v0": [0.2 * 1.0 - 0.01, 1.0],
-    "AgentR1/MuSiQue-v0": [0.2 * 0.5 - 0.01, 0.2 * 0.5 - 0.01, 1.0],
+DEFAULT = {  # gated: -0.01 step cost a search; the answer 1.0 plus 0.2 x the evidence fraction found (all of it)
+    "AgentR1/HotpotQA-v0": [-0.01, -0.01, 1.0 + 0.2],
+    "AgentR1/2WikiMultihopQA-v0": [-0.01, 1.0 + 0.2],
+    "AgentR1/MuSiQue-v0": [-0.01, -0.01, 1.0 + 0.2],
 }
-HEAVY_EVIDENCE = {  # reward_weights={"evidence": 1.0, "step_cost": 0.0}: 1.0 x the fraction, no cost
-    "AgentR1/HotpotQA-v0": [0.5, 0.5, 1.0],
-    "AgentR1/2WikiMultihopQA-v0": [1.0, 1.0],
-    "AgentR1/MuSiQue-v0": [0.5, 0.5, 1.0],
+HEAVY_EVIDENCE = {  # reward_weights={"evidence": 1.0, "step_cost": 0.0}: no cost, 1.0 x the fraction on the answer
+    "AgentR1/HotpotQA-v0": [0.0, 0.0, 2.0],
+    "AgentR1/2WikiMultihopQA-v0": [0.0, 2.0],
+    "AgentR1/MuSiQue-v0": [0.0, 0.0, 2.0],
 }
 
 

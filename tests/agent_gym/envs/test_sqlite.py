@@ -46,7 +46,7 @@ def test_tasks_are_deterministic_and_cover_every_kind():
 
 
 def test_touching_gold_tables_reveals_evidence_and_bad_sql_is_penalised():
-    env = SqliteEnv(shaping_gamma=1.0)
+    env = SqliteEnv(reward="process", shaping_gamma=1.0)
     env.reset(seed=0, options={"task_index": 7})  # a join over three tables
     task = env.state.task
     assert len(task.tables) == 3
@@ -348,7 +348,7 @@ def test_averages_round_half_up_like_the_question_says():
 def test_reward_range_is_exact_and_both_ends_are_reached():
     # A non-final step pays at least format + repeat + step_cost + valid_query = -0.1 - 0.05 - 0.01 - 0.02;
     # an answer step runs no SQL, so its best is the answer weight alone.
-    env = gym.make("AgentR1/SQLite-v0")
+    env = gym.make("AgentR1/SQLite-v0", reward="process")
     assert env.unwrapped.reward_range == pytest.approx((-0.18, 1.0))
     env.reset(seed=0, options={"task_index": 0})
     bad = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT nope FROM nowhere"}}</tool_call>'

@@ -114,7 +114,7 @@ def test_tool_call_and_answer_actions_are_written_in_the_envs_format():
         with AgentGymClient(base_url=url).sync() as client:
             client.reset(seed=0, task_index=0)
             step = client.step(AgentGymAction(tool_name="search", arguments={"query": "Odile Marchetti"}))
-            assert step.reward == pytest.approx(0.09)
+            assert step.reward == pytest.approx(-0.01)  # the default (gated) preset: evidence is paid on the answer
             assert step.observation.tool_calls[0]["ok"] and step.observation.messages[0]["role"] == "tool"
             final = client.step(AgentGymAction(answer="River Lisse"))
             assert final.done and final.observation.reward_terms["answer"] == 1.0
@@ -190,7 +190,8 @@ def test_trl_style_harness_rollout_forwards_the_env_return():
         verify = session.verify(result.messages)
         session.close()
         assert seen[0] == ["search", ANSWER_TOOL]
-        assert [e.result.metadata["step_reward"] for e in result.tool_trace] == pytest.approx([0.09, 0.09])
+        steps = [e.result.metadata["step_reward"] for e in result.tool_trace]
+        assert steps == pytest.approx([-0.01, -0.01])  # the default (gated) preset: step costs
         assert verify.env_reward == pytest.approx(native.episode_return) and verify.done
         assert verify.metrics["answer_f1"] == 1.0
 

@@ -23,10 +23,11 @@ def play_oracle(session: EnvSession, task_index: int, seed: int = 0) -> list[flo
 
 
 def test_hotpotqa_task0_totals_by_hand():
-    # Oracle: search, search, answer. Step rewards 0.2*0.5 - 0.01 = 0.09 twice, then answer 1.0.
+    # Oracle: search, search, answer. The default (gated) preset: a search earns its step cost, -0.01, twice;
+    # the answer 1.0 plus the evidence found, 0.2 x 1.0.
     session = EnvSession(make_tool_env("AgentR1/HotpotQA-v0"))
     rewards = play_oracle(session, 0)
-    assert rewards == pytest.approx([0.09, 0.09, 1.0])
+    assert rewards == pytest.approx([-0.01, -0.01, 1.2])
     assert session.raw_totals == pytest.approx(
         {"format": 0.0, "evidence": 1.0, "repeat": 0.0, "step_cost": -2.0, "answer": 1.0}
     )

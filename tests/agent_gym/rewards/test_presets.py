@@ -169,7 +169,7 @@ def test_gated_preset_moves_the_evidence_bonus_to_the_answer():
         make_rubric("gated", shaping_gamma=1.0)
 
 
-def _episode_return(preset: str, answer_early: bool) -> tuple[float, str]:
+def _episode_return(preset: str | None, answer_early: bool) -> tuple[float, str]:
     """Embedded HotpotQA train task 0 (two gold paragraphs, 8-turn limit), as ``gym.make`` returns it.
 
     Both policies first search the first gold title (evidence 1 of 2). ``answer_early`` then answers, wrongly;
@@ -180,7 +180,8 @@ def _episode_return(preset: str, answer_early: bool) -> tuple[float, str]:
 
     import agent_gym  # noqa: F401
 
-    env = gym.make("AgentR1/HotpotQA-v0", split="train", reward=preset)
+    kwargs = {} if preset is None else {"reward": preset}
+    env = gym.make("AgentR1/HotpotQA-v0", split="train", **kwargs)
     env.reset(seed=0, options={"task_index": 0})
     parser = env.unwrapped.parser
     actions = [parser.format_call("search", {"query": "Odile Marchetti"})]
@@ -200,6 +201,7 @@ def _episode_return(preset: str, answer_early: bool) -> tuple[float, str]:
 @pytest.mark.parametrize(
     ("preset", "search_on", "answer"),
     [
+        (None, -8 * 0.01, 0.2 * 0.5 - 0.01),  # the default is gated: -0.08 < 0.09
         ("process", 0.2 - 8 * 0.01, 0.1 - 0.01),  # 0.12 > 0.09: not answering wins
         ("gated", -8 * 0.01, 0.2 * 0.5 - 0.01),  # -0.08 < 0.09: the answer collects the evidence found
         ("outcome", 0.0, 0.0),  # a wrong answer and no answer both earn 0
@@ -214,3 +216,34 @@ def test_searching_until_truncated_beats_a_wrong_answer_only_under_process(prese
         assert searched > answered
     else:
         assert searched <= answered
+
+
+@pytest.mark.parametrize(
+    ("env_id", "low", "search"),
+    [
+        ("AgentR1/HotpotQA-v0", -0.16, -0.01),
+        ("AgentR1/2WikiMultihopQA-v0", -0.16, -0.01),
+        ("AgentR1/MuSiQue-v0", -0.16, -0.01),
+        ("AgentR1/Calculator-v0", -0.16, -0.01),
+        ("AgentR1/SQLite-v0", -0.18, -0.01 + 0.02),  # + its valid_query term: -0.02 for a failing query, +0.02 else
+    ],
+)
+def test_the_default_preset_of_every_env_with_evidence_is_gated(env_id, low, search):
+    """``gym.make(id)`` pays evidence on the answer: the oracle's tool calls earn their step cost (SQLite: and a
+    valid query), its answer 1.0 plus 0.2 x all the evidence (so the range's high end is 1.2, and searching on
+    without answering earns no evidence)."""
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401
+
+    env = gym.make(env_id)
+    assert [t.name for t in env.unwrapped.rubric.terms][:5] == ["format", "evidence", "repeat", "step_cost", "answer"]
+    assert env.unwrapped.reward_range == pytest.approx((low, 1.2))
+    env.reset(seed=0, options={"task_index": 0})
+    rewards, terminated = [], False
+    while not terminated:
+        _, reward, terminated, truncated, info = env.step(env.unwrapped.oracle_action())
+        rewards.append(reward)
+        assert not truncated
+    assert info["stop_reason"] == "answer" and rewards[-1] == pytest.approx(1.2)
+    assert rewards[:-1] and all(r == pytest.approx(search) for r in rewards[:-1])

@@ -54,7 +54,8 @@ def test_cards_carry_outcome_stop_reason_turns_and_tokens_by_loss_mask(episodes,
     model_ids = [i for i, m in zip(traj["completion_ids"], traj["loss_mask"], strict=True) if m]
     assert sum(s[2] for s in card["segments"] if s[0] == 1) == len(model_ids)
     assert "".join(s[1] for s in card["segments"]) == smollm2_tokenizer.decode(traj["completion_ids"])
-    assert card["turns"][0]["terms"]["evidence"] > 0 and card["question"] == line["question"]
+    assert card["turns"][0]["terms"]["evidence"] == 0  # the default (gated) reward pays the evidence on the answer
+    assert card["turns"][-1]["terms"]["evidence"] > 0 and card["question"] == line["question"]
     assert card_data(traj, 0, None)["segments"] == []  # no tokenizer: no token view, everything else
     assert card_data(traj, 0, None)["outcome"] == "correct"  # a bare trajectory: scored from its metrics
 
