@@ -105,7 +105,7 @@ def worker_main(
                         f"v{int(version.value)}"
                     )
                 model.load_state_dict(shared, strict=True)
-                synchronize(model)  # the copy is done before the trainer may write the next version
+                synchronize(model_device(model))  # the copy is done before the trainer may write the next version
             results.put(("started", job.job, None))
             rollouts.calls = job.call
             trajectories = rollouts.play(list(job.tasks), job.group, rollouts._policy(model, tokenizer), job.config)
@@ -163,9 +163,9 @@ def _build_model(spec: Mapping[str, Any]) -> torch.nn.Module:
     return model
 
 
-def synchronize(model_or_tensor: torch.nn.Module | torch.Tensor) -> None:
-    """Wait for the copies queued on a GPU (copies there are asynchronous; a CPU copy has finished already)."""
-    device = model_or_tensor.device if isinstance(model_or_tensor, torch.Tensor) else model_device(model_or_tensor)
+def synchronize(device: torch.device) -> None:
+    """Wait for the copies queued on ``device`` if it is a GPU (copies there are asynchronous; a CPU copy has
+    finished already)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

@@ -123,12 +123,12 @@ class AsyncRollouts:
         if not timeout > 0:
             raise ValueError(f"the generation timeout must be > 0 seconds (got {timeout})")
         self.max_staleness, self.timeout = int(max_staleness), float(timeout)
-        device = model_device(model)
+        self._device = device = model_device(model)
         if device.type == "cpu":  # shared memory the worker maps
             self._state = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
         elif device.type == "cuda":  # a second copy on the same GPU, which the worker maps through CUDA IPC
             self._state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            synchronize(model)
+            synchronize(device)
         else:
             raise ValueError(f"asynchronous rollouts run on a CPU or a CUDA GPU; the model is on {device}")
         base = {f.name: getattr(rollouts, f.name) for f in fields(EnvRollouts) if f.init and f.name != "asynchronous"}
@@ -262,7 +262,7 @@ class AsyncRollouts:
         if result.rng_state is not None:
             torch.set_rng_state(result.rng_state)
         if result.cuda_rng_state is not None:
-            torch.cuda.set_rng_state(result.cuda_rng_state, model_device(model))
+            torch.cuda.set_rng_state(result.cuda_rng_state, self._device)
         stats = {
             **result.stats,
             "async/staleness": float(version - result.version),
@@ -285,7 +285,7 @@ class AsyncRollouts:
         with self._lock, torch.no_grad():
             for name, dst in self._state.items():
                 dst.copy_(source[name].detach().to(dst.device, dst.dtype))
-            synchronize(next(iter(self._state.values())))  # written before the worker may read it
+            synchronize(self._device)  # written before the worker may read it
             self._version.value = int(version)
         self._published = int(version)
 
