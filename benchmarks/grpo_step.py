@@ -244,7 +244,8 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
 
     from agent_trainers.algorithms.trl_adapter.env_factory import make_environment_factory, trl_dataset_rows
     from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
-    from agent_trainers.algorithms.trl_adapter.rollout_func import env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.rollout_func import env_reward
+    from agent_trainers.rollout.training import task_rows
     from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 
     tasks = list(range(args.warmup + args.steps))
@@ -260,7 +261,7 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
         **({} if args.path == "ours" else {"generation_kwargs": {"max_new_tokens": args.max_new_tokens_per_turn}}),
     )
     if args.path == "ours":
-        rows = grpo_dataset_rows(args.env_id, tasks)
+        rows = task_rows(args.env_id, tasks)
         return AgentGRPOTrainer(
             model=model,
             processing_class=tok,

@@ -194,9 +194,10 @@ def grpo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) 
     """One AgentGRPOTrainer step: rollout, then TRL's loss, backward and optimizer step."""
     from datasets import Dataset
 
-    from agent_trainers.algorithms import AgentGRPOTrainer, env_reward, grpo_dataset_rows, make_grpo_config
+    from agent_trainers.algorithms import AgentGRPOTrainer, env_reward, make_grpo_config
+    from agent_trainers.rollout.training import task_rows
 
-    rows = grpo_dataset_rows(ENV_ID, range(args.episodes // args.group))
+    rows = task_rows(ENV_ID, range(args.episodes // args.group))
     fn = _timed_rollout_func(rows, args)
     config = make_grpo_config(
         device=device.type, output_dir=str(out / "grpo"), max_steps=1, per_device_train_batch_size=args.episodes,
@@ -231,9 +232,9 @@ def ppo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) -
     """One step of our PPO trainer (rollout, scoring, GAE, one epoch of updates) on the same batch size."""
     from agent_trainers.algorithms import PPOConfig, RLConfig
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.trl_adapter.rollout_func import grpo_dataset_rows
+    from agent_trainers.rollout.training import task_rows
 
-    rows = grpo_dataset_rows(ENV_ID, range(args.episodes // args.group))
+    rows = task_rows(ENV_ID, range(args.episodes // args.group))
     fn = _timed_rollout_func(rows, args)
     rl = RLConfig(steps=1, num_generations=args.group, prompts_per_step=args.episodes // args.group,
                   learning_rate=1e-6, save_steps=1)  # fmt: skip
@@ -251,11 +252,11 @@ def async_rows(args: Args, model: Any, tok: Any, device: torch.device, out: Path
     """``async_steps`` PPO steps synchronous, then as many with ``rl.async_rollouts`` (staleness 1)."""
     from agent_trainers.algorithms import PPOConfig, RLConfig
     from agent_trainers.algorithms.ppo import PPOTrainer
-    from agent_trainers.algorithms.trl_adapter.rollout_func import grpo_dataset_rows
+    from agent_trainers.rollout.training import task_rows
 
     rows, rates = [], {}
     for overlap in (False, True):
-        fn = _timed_rollout_func(grpo_dataset_rows(ENV_ID, range(args.episodes // args.group)), args)
+        fn = _timed_rollout_func(task_rows(ENV_ID, range(args.episodes // args.group)), args)
         rl = RLConfig(steps=args.async_steps, num_generations=args.group, prompts_per_step=args.episodes // args.group,
                       learning_rate=1e-6, save_steps=args.async_steps, async_rollouts=overlap)  # fmt: skip
         ppo = PPOConfig(update_epochs=1, num_minibatches=1, micro_batch_size=min(args.episodes, 4))

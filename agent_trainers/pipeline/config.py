@@ -9,52 +9,59 @@ Example (``configs/tiny.yaml``, abridged)::
     env: {id: AgentR1/HotpotQA-v0, train_kwargs: {split: train}, eval_kwargs: {split: test}}
     rollout: {max_turns: 2, max_new_tokens_per_turn: 8, max_total_tokens: 1536}
     sft: {enabled: true, episodes: 4}
-    rl: {steps: 2, num_generations: 2, prompts_per_step: 1, advantage: turn}
+    rl: {steps: 2, num_generations: 2, prompts_per_step: 1}   # what every RL trainer reads
+    grpo: {advantage: turn}    # what the chosen algorithm alone reads (ppo: {critic: value_head, lam: 1.0})
     eval: {tasks: 1, every: 0}
-    ppo: {critic: value_head, gamma: 1.0, lam: 1.0}   # read only when algorithm: ppo
 
 Every field is typed and documented; unknown keys, wrong types and broken
 cross-field rules are errors with one-line messages (see
 :func:`agent_trainers.errors.one_line`), never silent defaults. ``rollout`` is
 :class:`agent_trainers.rollout.RolloutConfig` itself, ``rl`` is
-:class:`agent_trainers.algorithms.RLConfig` and ``ppo`` is
-:class:`agent_trainers.algorithms.PPOConfig`: the settings types of the layers
-below, which the trainers take as they are. An RL setting set away from its
-default that the chosen algorithm's trainer does not read is refused
-(:data:`TRAINER_READS`), e.g. ``rl.micro_batch`` with ``algorithm: ppo``.
+:class:`agent_trainers.algorithms.RLConfig` and the algorithm's section is its
+settings class (:data:`ALGORITHM_SECTIONS`): the settings types of the layers
+below, which the trainers take as they are. A setting the chosen algorithm does not
+read has no place to go: ``grpo.scale_rewards`` under ``algorithm: rloo`` is a
+section of another algorithm, ``rloo.scale_rewards`` an unknown key. A config
+whose ``--set algorithm=...`` changes the algorithm carries the settings the two
+share over to the new section (:meth:`TrainConfig.with_algorithm`).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import sys
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agent_trainers.algorithms.ppo.config import PPO_READS, PPOConfig, check_ppo_settings
-from agent_trainers.algorithms.shared.names import ESTIMATOR_TRAITS, GIGPO_HINTS, Algorithm
-from agent_trainers.algorithms.shared.settings import (
-    Reads,
-    ReportTo,
-    RLConfig,
-    bf16_enabled,
-    changed_settings,
-    check_logger,
+from agent_trainers.algorithms.ppo.config import PPOConfig, check_ppo_settings
+from agent_trainers.algorithms.shared.names import Algorithm, VLLMMode
+from agent_trainers.algorithms.shared.sections import (
+    ESTIMATOR_SECTIONS,
+    GiGPOSettings,
+    GRPOSettings,
+    ReinforcePPBaselineSettings,
+    ReinforcePPSettings,
+    RLOOSettings,
+    TRLSettings,
+    carried_over,
 )
-from agent_trainers.algorithms.trl_adapter.trl_args import trl_reads
+from agent_trainers.algorithms.shared.settings import MOVED_RL_KEYS, ReportTo, RLConfig, check_logger, moved_key_error
 from agent_trainers.errors import describe_error
 from agent_trainers.pipeline.env_settings import check_env_settings, default_kwargs
-from agent_trainers.policies.device import Device, check_device
+from agent_trainers.policies.device import Device, bf16_enabled, check_device
 from agent_trainers.policies.threads import Threads
 from agent_trainers.rollout.config import RolloutConfig
 
 __all__ = [
+    "ALGORITHM_SECTIONS",
     "MAX_YAML_VALUES",
-    "TRAINER_READS",
     "EnvConfig",
     "EvalConfig",
     "ModelConfig",
@@ -72,15 +79,9 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True, allow_inf_nan=False)
 
 
-TRAINER_READS: dict[Algorithm, Reads] = {
-    **{Algorithm(name): trl_reads(name) for name in ESTIMATOR_TRAITS},  # every estimator trains through TRL
-    Algorithm.PPO: PPO_READS.with_hints(GIGPO_HINTS),
-}
-"""What the RL trainer of each algorithm reads of the RL settings (``rl.*`` and ``report_to``): each trainer
-declares it in its own room. A setting set away from its default that the algorithm's trainer does not read
-is refused; ``gigpo``'s ``rl.gigpo_*`` settings carry one hint under every other algorithm (``GIGPO_HINTS``,
-given to ``ppo`` here). The ``ppo:`` section, named after the one algorithm that reads it, is left alone under
-the others, so that one config can serve every algorithm (``--set algorithm=...``)."""
+ALGORITHM_SECTIONS: dict[Algorithm, type[BaseModel]] = {**ESTIMATOR_SECTIONS, Algorithm.PPO: PPOConfig}
+"""Each algorithm's own section (its key in a config is the algorithm's name): the estimators' from
+:mod:`~agent_trainers.algorithms.shared.sections`, PPO's from its room."""
 
 
 class ModelConfig(_Section):
@@ -172,7 +173,8 @@ class TrainConfig(_Section):
     output_dir: str = "runs/agent-r1"
     """Metrics (JSONL), plots, checkpoints and the final model go here."""
     algorithm: Algorithm = Algorithm.GRPO
-    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``, ``gigpo`` or ``ppo``."""
+    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``, ``gigpo`` or ``ppo``; what
+    it alone reads goes in the section of that name (e.g. ``grpo:``)."""
     device: Device = Device.AUTO
     """``auto`` (a CUDA GPU when present, else the CPU), ``cpu`` or ``cuda``."""
     bf16: bool | None = None
@@ -188,27 +190,48 @@ class TrainConfig(_Section):
     sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
     """Cold-start SFT stage."""
     rl: RLConfig = Field(default_factory=RLConfig)
-    """RL stage."""
+    """RL stage: what every RL trainer reads."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation."""
-    ppo: PPOConfig = Field(default_factory=PPOConfig)
-    """PPO's hyperparameters (read when ``algorithm: ppo``)."""
+    grpo: GRPOSettings | None = None
+    """``grpo``'s own settings (present exactly when ``algorithm: grpo``)."""
+    rloo: RLOOSettings | None = None
+    """``rloo``'s own settings."""
+    reinforce_pp: ReinforcePPSettings | None = None
+    """``reinforce_pp``'s own settings."""
+    reinforce_pp_baseline: ReinforcePPBaselineSettings | None = None
+    """``reinforce_pp_baseline``'s own settings."""
+    gigpo: GiGPOSettings | None = None
+    """``gigpo``'s own settings."""
+    ppo: PPOConfig | None = None
+    """``ppo``'s own settings (its hyperparameters)."""
 
     @model_validator(mode="before")
     @classmethod
-    def _renamed_sections(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "grpo" in data:
-            raise ValueError(
-                "the `grpo:` section is now `rl:` (the top-level `algorithm:` chooses grpo, rloo, ...); "
-                "its temperature and token limits moved to `rollout:`"
-            )
+    def _one_algorithm_section(cls, data: Any) -> Any:
+        """Name a moved ``rl:`` key's new place, refuse another algorithm's section, fill the chosen one's."""
+        if not isinstance(data, dict):
+            return data
+        algorithm = data.get("algorithm", cls.model_fields["algorithm"].default)
+        name = str(algorithm.value if isinstance(algorithm, Algorithm) else algorithm)
+        rl = data.get("rl")
+        for key in rl if isinstance(rl, dict) else ():
+            if key in MOVED_RL_KEYS:
+                raise ValueError(moved_key_error(key, name))
+        for other in ALGORITHM_SECTIONS:
+            if other.value != name and data.get(other.value) is not None:
+                raise ValueError(
+                    f"{other.value}: the section of algorithm {other.value}, but the algorithm is {name} (set "
+                    f"algorithm: {other.value}, or name the section {name}:)"
+                )
+        if name in {a.value for a in ALGORITHM_SECTIONS} and data.get(name) is None:
+            data = {**data, name: {}}
         return data
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
         rl = self.rl
-        estimator = ESTIMATOR_TRAITS.get(str(self.algorithm))  # an algorithm with its own trainer may have none
-        need = estimator.min_group_size if estimator else 1
+        need = getattr(type(self.algorithm_settings), "min_group_size", 1)
         if rl.enabled and rl.num_generations < need:
             raise ValueError(f"rl.num_generations must be >= {need} for {self.algorithm} (got {rl.num_generations})")
         if self.eval.every and rl.enabled and rl.steps % self.eval.every:
@@ -226,26 +249,58 @@ class TrainConfig(_Section):
         return self
 
     def _rl_checks(self) -> None:
-        """Refuse what the chosen algorithm's trainer does not read, then check its own rules."""
-        rl = self.rl
-        changed = changed_settings("rl", rl)
-        changed.pop("rl.enabled", None)  # the stage table's switch, not a trainer setting
-        if self.report_to is not ReportTo.NONE:
-            changed["report_to"] = (self.report_to, ReportTo.NONE)
-        TRAINER_READS[self.algorithm].refuse_unread(changed)
-        if self.algorithm is Algorithm.PPO:
-            check_ppo_settings(rl, self.ppo, self.rollout)
+        """The rules across ``rl:``, the algorithm's section and the rollout settings."""
+        rl, section = self.rl, self.algorithm_settings
+        if isinstance(section, PPOConfig):
+            check_ppo_settings(rl, section, self.rollout)
             if self.report_to is ReportTo.WANDB:
                 raise ValueError("report_to: ppo writes its curves to metrics.jsonl and TensorBoard, not wandb")
-        elif rl.episodes_per_step % rl.micro_batch:
+            return
+        assert isinstance(section, TRLSettings)
+        algorithm = self.algorithm.value
+        if rl.episodes_per_step % section.micro_batch:
             raise ValueError(
-                f"rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got {rl.micro_batch} "
-                f"and {rl.episodes_per_step})"
+                f"{algorithm}.micro_batch must divide rl.num_generations * rl.prompts_per_step (got "
+                f"{section.micro_batch} and {rl.episodes_per_step})"
+            )
+        if rl.async_rollouts.enabled and section.vllm is not VLLMMode.NONE:
+            raise ValueError(
+                f"rl.async_rollouts generates with transformers in a worker process; with {algorithm}.vllm the "
+                "generation is vLLM's and overlapping it with training is not implemented here (set one of them off)"
             )
 
+    @property
+    def algorithm_settings(self) -> BaseModel:
+        """The chosen algorithm's own section (:data:`ALGORITHM_SECTIONS`)."""
+        section = getattr(self, self.algorithm.value)
+        assert section is not None  # filled by the validator
+        return section
+
+    def with_algorithm(self, algorithm: Algorithm | str) -> tuple[TrainConfig, list[str]]:
+        """This config under another algorithm: the settings the two sections share (both inherit them from one
+        settings class) carry over, the rest of the new section takes its defaults.
+
+        Returns:
+            The new config and, as ``"<section>.<key>"``, the old section's settings set away from their defaults
+            that the new algorithm does not read (left behind).
+        """
+        new = Algorithm(algorithm)
+        data = self.to_dict()
+        old_section = data.pop(self.algorithm.value)
+        old_cls, new_cls = ALGORITHM_SECTIONS[self.algorithm], ALGORITHM_SECTIONS[new]
+        kept = carried_over(old_cls, new_cls)
+        defaults = old_cls().model_dump(mode="json")
+        dropped = [
+            f"{self.algorithm.value}.{k}" for k, v in old_section.items() if k not in kept and v != defaults.get(k)
+        ]
+        data |= {"algorithm": new.value, new.value: {k: v for k, v in old_section.items() if k in kept}}
+        return config_from_dict(data), dropped
+
     def to_dict(self) -> dict[str, Any]:
-        """A plain JSON/YAML-ready dict (enums as strings), e.g. to save next to a run."""
-        return self.model_dump(mode="json")
+        """A plain JSON/YAML-ready dict (enums as strings), e.g. to save next to a run; only the chosen algorithm's
+        section is in it."""
+        unset = {a.value for a in ALGORITHM_SECTIONS if getattr(self, a.value) is None}
+        return self.model_dump(mode="json", exclude=unset)
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
@@ -281,9 +336,16 @@ def _section_fields(path: tuple[str, ...]) -> list[str]:
         fields = getattr(node, "model_fields", None) or getattr(node, "__pydantic_fields__", {})
         if part not in fields:
             return []
-        node = fields[part].annotation
+        node = _settings_type(fields[part].annotation)
     fields = getattr(node, "model_fields", None) or getattr(node, "__pydantic_fields__", {})
     return list(fields)
+
+
+def _settings_type(annotation: Any) -> Any:
+    """The settings class of a field's annotation (``X | None`` -> ``X``)."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
+    return annotation
 
 
 def _unknown_setting(loc: tuple[str, ...]) -> str:
@@ -314,7 +376,7 @@ def preflight(config: TrainConfig) -> None:
     check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
     check_device(config.device)
     check_logger(config.report_to)
-    if config.rl.enabled and config.rl.async_rollouts:
+    if config.rl.enabled and config.rl.async_rollouts.enabled:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError(
                 "rl.async_rollouts runs one generation worker for one training process (not under "
@@ -425,6 +487,25 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         raise ValueError(f"config file must end in .yaml, .yml or .toml (got {path.name!r})")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the config must be a mapping (got {type(data).__name__})")
+    before = str(data.get("algorithm", TrainConfig.model_fields["algorithm"].default))
     for dotted, value in (overrides or {}).items():
         set_dotted(data, dotted, value)
+    if "algorithm" in (overrides or {}):
+        _carry_section(data, before, str(data["algorithm"]))
     return config_from_dict(data)
+
+
+def _carry_section(data: dict[str, Any], old: str, new: str) -> None:
+    """``--set algorithm=NEW`` on a config written for ``old``: its section's settings that ``new`` reads carry
+    over to ``new``'s section (under the ones set there explicitly); the rest are left behind, said in one line
+    (:meth:`TrainConfig.with_algorithm` does the same on a validated config)."""
+    known = {a.value for a in ALGORITHM_SECTIONS}
+    if old == new or old not in known or new not in known or not isinstance(data.get(old), dict):
+        return
+    section = data.pop(old)
+    kept = carried_over(ALGORITHM_SECTIONS[Algorithm(old)], ALGORITHM_SECTIONS[Algorithm(new)])
+    explicit = data.get(new) if isinstance(data.get(new), dict) else {}
+    data[new] = {**{k: v for k, v in section.items() if k in kept}, **explicit}
+    left = [f"{old}.{k}" for k in section if k not in kept]
+    if left:
+        print(f"[config] algorithm {new} does not read {', '.join(left)}: left behind", file=sys.stderr, flush=True)

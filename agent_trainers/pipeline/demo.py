@@ -108,7 +108,7 @@ def _baselines(config: TrainConfig, resume: bool) -> None:
 
     model, tok = load_model(config.model.name, device=config.device, seed=config.seed)
     model.eval()
-    from agent_trainers.algorithms.shared.settings import bf16_enabled
+    from agent_trainers.policies.device import bf16_enabled
 
     bf16 = bf16_enabled(config.device, config.bf16)
     policy = TransformersPolicy(model, tok, batch_size=config.eval.batch_size, seed=config.seed, bf16=bf16)

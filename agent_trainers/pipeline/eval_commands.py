@@ -176,7 +176,7 @@ def _policy(args: argparse.Namespace) -> Any:
 
     seed_everything(args.seed)
     apply_threads(args.threads)
-    from agent_trainers.algorithms.shared.settings import bf16_enabled
+    from agent_trainers.policies.device import bf16_enabled
 
     bf16 = bf16_enabled(args.device, True) if args.bf16 else False  # refused on a CPU without native bf16
     model, tok = load_model(args.model, device=args.device, seed=args.seed)

@@ -33,15 +33,18 @@ from transformers import TrainerCallback
 
 from agent_gym.core.env import ToolEnv
 from agent_gym.core.files import write_atomic
-from agent_trainers.algorithms.shared.advantages import ESTIMATORS, Algorithm
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
-from agent_trainers.algorithms.shared.settings import ReportTo, bf16_enabled
+from agent_trainers.algorithms.shared.names import Algorithm
+from agent_trainers.algorithms.shared.sections import ESTIMATOR_SECTIONS, TRLSettings
+from agent_trainers.algorithms.shared.settings import ReportTo
+from agent_trainers.policies.device import bf16_enabled
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
+from agent_trainers.rollout.training import EnvRollouts, task_rows
 
 __all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "train_tasks"]
 
@@ -254,56 +257,71 @@ class _TensorBoardLog(TrainerCallback):
         self.writer.flush()
 
 
+def training_rollouts(state: RunState, rollouts_type: type[EnvRollouts] = EnvRollouts, **extra: Any) -> EnvRollouts:
+    """The RL stage's rollouts (every trainer's): the training tasks' rows, the rollout settings, the seed, the
+    precision, one generation batch per step."""
+    c, r = state.config, state.config.rl
+    rows = task_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
+    return rollouts_type(
+        rows,
+        env_kwargs=c.env.train_kwargs,
+        config=c.rollout,
+        seed=c.seed,
+        bf16=bf16_enabled(c.device, c.bf16),
+        batch_size=r.episodes_per_step,
+        **extra,
+    )
+
+
+def _add_callbacks(state: RunState, trainer: Any) -> None:
+    trainer.add_callback(_RLCallback(state, trainer))
+    trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
+    for callback in state.callbacks:
+        trainer.add_callback(callback)
+
+
 def run_trl_rl_stage(state: RunState) -> None:
     """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
     from datasets import Dataset
 
     from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint, load_rollout_state
     from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
-    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+    from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
     from agent_trainers.algorithms.trl_adapter.trl_args import grpo_args
 
     c, r = state.config, state.config.rl
-    rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
-    rollout_fn = EnvRolloutFunc(
-        rows,
-        env_kwargs=c.env.train_kwargs,
-        config=c.rollout,
-        seed=c.seed,
-        loss_mask=r.loss_mask,
-        dynamic_sampling=r.dynamic_sampling,
-        dynamic_sampling_tries=r.dynamic_sampling_tries,
-        bf16=bf16_enabled(c.device, c.bf16),
-        batch_size=r.episodes_per_step,
+    settings = c.algorithm_settings
+    assert isinstance(settings, TRLSettings)
+    loss_mask = r.loss_mask
+    rollout_fn = training_rollouts(
+        state,
+        EnvRolloutFunc,
+        loss_mask=loss_mask,
+        dynamic_sampling=getattr(settings, "dynamic_sampling", False),
+        dynamic_sampling_tries=getattr(settings, "dynamic_sampling_tries", 3),
     )
     out = str(state.out / "rl")
-    args = grpo_args(r, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to)
-    if not r.gradient_checkpointing and getattr(state.model, "is_gradient_checkpointing", False):
+    args = grpo_args(
+        r, settings, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to
+    )
+    if not settings.gradient_checkpointing and getattr(state.model, "is_gradient_checkpointing", False):
         state.model.gradient_checkpointing_disable()  # left on by the SFT stage; TRL would keep it
     trainer = AgentGRPOTrainer(
         model=state.model,
         reward_funcs=[env_reward],
         args=args,
         processing_class=state.tokenizer,
-        train_dataset=Dataset.from_list(rows),
+        train_dataset=Dataset.from_list(list(rollout_fn.rows)),
         rollout_func=rollout_fn,
         algorithm=c.algorithm,
-        advantage=r.advantage,
-        gamma=r.gamma,
-        gigpo_step_weight=r.gigpo_step_weight,
-        gigpo_anchor=r.gigpo_anchor,
+        settings=settings,
         step_samples=r.step_samples,
-        importance_sampling=r.importance_sampling,
-        importance_cap=r.importance_cap,
+        importance_sampling=r.async_rollouts.importance_sampling,
+        importance_cap=r.async_rollouts.importance_cap,
     )
-    trainer.add_callback(_RLCallback(state, trainer))
-    trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
-    for callback in state.callbacks:
-        trainer.add_callback(callback)
-    if r.async_rollouts:  # a generation worker plays the next steps' episodes while this one trains
-        from agent_trainers.algorithms.shared.generation_worker import AsyncRollouts
-
-        rollout_fn.asynchronous = AsyncRollouts.from_settings(rollout_fn, state.model, state.tokenizer, r)
+    _add_callbacks(state, trainer)
+    if r.async_rollouts.enabled:  # a generation worker plays the next steps' episodes while this one trains
+        rollout_fn.asynchronous = r.async_rollouts.worker(rollout_fn, state.model, state.tokenizer)
     try:
         checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
         if checkpoint is not None:
@@ -317,47 +335,36 @@ def run_trl_rl_stage(state: RunState) -> None:
 
 def run_ppo_stage(state: RunState) -> None:
     """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
-    from agent_trainers.algorithms.ppo import PPOTrainer
+    from agent_trainers.algorithms.ppo import PPOConfig, PPOTrainer
     from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
-    from agent_trainers.algorithms.shared.rollouts import EnvRollouts, grpo_dataset_rows
 
     c = state.config
-    rows = grpo_dataset_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
-    rollout_fn = EnvRollouts(
-        rows,
-        env_kwargs=c.env.train_kwargs,
-        config=c.rollout,
-        seed=c.seed,
-        bf16=bf16_enabled(c.device, c.bf16),
-        batch_size=c.rl.episodes_per_step,
-    )
+    assert isinstance(c.algorithm_settings, PPOConfig)
+    rollout_fn = training_rollouts(state)
     trainer = PPOTrainer(
         state.model,
         state.tokenizer,
         rollout_fn,
         c.rl,
-        c.ppo,
+        c.algorithm_settings,
         output_dir=state.out / "rl",
         seed=c.seed,
         device=c.device,
         bf16=c.bf16,
     )
-    trainer.add_callback(_RLCallback(state, trainer))
-    trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
     if c.report_to is ReportTo.TENSORBOARD and is_main_process():
         trainer.add_callback(_TensorBoardLog(state.out / "rl" / "runs"))
-    for callback in state.callbacks:
-        trainer.add_callback(callback)
+    _add_callbacks(state, trainer)
     checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
-    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)  # it closes the generation worker it started
     state.model = trainer.model
 
 
 RL_TRAINERS: dict[Algorithm, Callable[[RunState], None]] = {
-    **{Algorithm(name): run_trl_rl_stage for name in ESTIMATORS},  # an estimator trains through TRL
+    **{algorithm: run_trl_rl_stage for algorithm in ESTIMATOR_SECTIONS},  # an estimator trains through TRL
     Algorithm.PPO: run_ppo_stage,
 }
-"""Which function runs the RL stage of each algorithm (what each one reads: :data:`~.config.TRAINER_READS`)."""
+"""Which function runs the RL stage of each algorithm (what each one reads: its section, :data:`~.config.ALGORITHM_SECTIONS`)."""
 
 
 def run_rl_stage(state: RunState) -> None:

@@ -14,12 +14,18 @@ This layer imports nothing else from ``agent_trainers``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import lazy_loader
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from agent_trainers.policies.device import (
         Device as Device,
+    )
+    from agent_trainers.policies.device import (
+        bf16_enabled as bf16_enabled,
+    )
+    from agent_trainers.policies.device import (
+        cpu_has_native_bf16 as cpu_has_native_bf16,
     )
     from agent_trainers.policies.device import (
         resolve_device as resolve_device,
@@ -97,39 +103,15 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         VLLMServerPolicy as VLLMServerPolicy,
     )
 
-_LAZY = {
-    "ChatPolicy": "sampling",
-    "Device": "device",
-    "EndpointError": "openai_policy",
-    "FinishReason": "sampling",
-    "Generation": "sampling",
-    "MODEL_NAMES": "loader",
-    "OpenAIPolicy": "openai_policy",
-    "SamplingParams": "sampling",
-    "ScriptedPolicy": "scripted",
-    "SessionPolicy": "sampling",
-    "TokenPolicy": "sampling",
-    "TransformersPolicy": "transformers_policy",
-    "VLLMPolicy": "vllm_policy",
-    "VLLMServerPolicy": "vllm_policy",
-    "cache_root": "loader",
-    "cut_at_stop": "sampling",
-    "end_of_turn_id": "sampling",
-    "end_token_ids": "sampling",
-    "load_model": "loader",
-    "load_tokenizer": "loader",
-    "prepare_tokenizer": "loader",
-    "resolve_device": "device",
-    "resolve_dtype": "loader",
-    "smollm2_gguf_path": "loader",
-    "tiny_random_model": "loader",
-    "tool_chat_template": "loader",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "device": ["Device", "bf16_enabled", "cpu_has_native_bf16", "resolve_device"],
+        "loader": ["MODEL_NAMES", "cache_root", "load_model", "load_tokenizer", "prepare_tokenizer", "resolve_dtype", "smollm2_gguf_path", "tiny_random_model", "tool_chat_template"],
+        "openai_policy": ["EndpointError", "OpenAIPolicy"],
+        "sampling": ["ChatPolicy", "FinishReason", "Generation", "SamplingParams", "SessionPolicy", "TokenPolicy", "cut_at_stop", "end_of_turn_id", "end_token_ids"],
+        "scripted": ["ScriptedPolicy"],
+        "transformers_policy": ["TransformersPolicy"],
+        "vllm_policy": ["VLLMPolicy", "VLLMServerPolicy"],
+    },
+)

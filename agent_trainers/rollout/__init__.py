@@ -7,13 +7,17 @@
 * :func:`rollout` - the engine (:mod:`.engine`), with an optional progress bar (:mod:`.progress`);
 * :func:`check_trajectory` - token-exactness checks (:mod:`.checker`);
 * :func:`save_jsonl` / :func:`load_jsonl` - export (:mod:`.export`);
+* the training tasks' episodes (:mod:`.training`): :func:`task_rows`, :func:`task_schedule`,
+  :class:`EnvRollouts` (every trainer's rollouts, seeded per call), :func:`episode_metrics`;
+* generation overlapped with training (:mod:`.async_worker`, its process :mod:`.async_process`):
+  :class:`AsyncRollouts`;
 * ``python -m agent_trainers.rollout`` - the command line (:mod:`.cli`).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import lazy_loader
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from agent_trainers.rollout.chat import (
@@ -64,6 +68,21 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     from agent_trainers.rollout.progress import (
         RolloutProgress as RolloutProgress,
     )
+    from agent_trainers.rollout.async_worker import (
+        AsyncRollouts as AsyncRollouts,
+    )
+    from agent_trainers.rollout.training import (
+        EnvRollouts as EnvRollouts,
+    )
+    from agent_trainers.rollout.training import (
+        episode_metrics as episode_metrics,
+    )
+    from agent_trainers.rollout.training import (
+        task_rows as task_rows,
+    )
+    from agent_trainers.rollout.training import (
+        task_schedule as task_schedule,
+    )
     from agent_trainers.rollout.types import (
         StopReason as StopReason,
     )
@@ -74,32 +93,18 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         TurnSpan as TurnSpan,
     )
 
-_LAZY = {
-    "ChatTokenizer": "chat",
-    "RolloutConfig": "config",
-    "RolloutProgress": "progress",
-    "StopReason": "types",
-    "TemplateDriftError": "chat",
-    "TokenizedChat": "chat",
-    "Trajectory": "types",
-    "TrajectoryError": "checker",
-    "TurnSpan": "types",
-    "check_prefix_stable": "checker",
-    "check_trajectory": "checker",
-    "load_jsonl": "export",
-    "rollout": "engine",
-    "run_with_timeouts": "concurrency",
-    "save_jsonl": "export",
-    "stop_strings_for": "engine",
-    "tokenize_chat": "chat",
-    "trajectory_from_dict": "export",
-    "trajectory_to_dict": "export",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "chat": ["ChatTokenizer", "TemplateDriftError", "TokenizedChat", "tokenize_chat"],
+        "checker": ["TrajectoryError", "check_prefix_stable", "check_trajectory"],
+        "concurrency": ["run_with_timeouts"],
+        "config": ["RolloutConfig"],
+        "engine": ["rollout", "stop_strings_for"],
+        "export": ["load_jsonl", "save_jsonl", "trajectory_from_dict", "trajectory_to_dict"],
+        "progress": ["RolloutProgress"],
+        "training": ["EnvRollouts", "episode_metrics", "task_rows", "task_schedule"],
+        "async_worker": ["AsyncRollouts"],
+        "types": ["StopReason", "Trajectory", "TurnSpan"],
+    },
+)

@@ -66,3 +66,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def advantages_of(batch: Any, algorithm: str, *, kl_coef: float = 0.0, kl: Any = None, **section: Any) -> Any:
+    """``compute_advantages`` with the algorithm's section built from ``section`` (its fields: ``advantage``,
+    ``gamma``, ``scale_rewards``, ``step_weight``, ...); ``advantage`` defaults to ``outcome`` here."""
+    from agent_trainers.algorithms.shared.advantages import ESTIMATORS, compute_advantages
+
+    settings = ESTIMATORS[algorithm].settings(**{"advantage": "outcome", **section}) if algorithm in ESTIMATORS else None
+    return compute_advantages(batch, algorithm, settings, kl_coef=kl_coef, kl=kl)

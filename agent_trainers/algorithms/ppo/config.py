@@ -1,8 +1,8 @@
-"""PPO's settings: :class:`PPOConfig` (the ``ppo:`` section of an ``agent-r1`` config), what PPO reads of the
-shared RL settings (:data:`PPO_READS`), and the rules across the two (:func:`check_ppo_settings`).
+"""PPO's settings: :class:`PPOConfig` (the ``ppo:`` section of an ``agent-r1`` config, the algorithm's own
+section) and the rules across it and the shared RL settings (:func:`check_ppo_settings`).
 
 The trainer takes :class:`~agent_trainers.algorithms.shared.settings.RLConfig`
-(steps, learning rate, group size, ``beta``, the two masks) and :class:`PPOConfig` as they are.
+(steps, learning rate, group size, ``beta``, the loss mask) and :class:`PPOConfig` as they are.
 
 Names follow the PPO paper (Schulman et al., 2017), GAE (Schulman et al.,
 2016) and CleanRL's ``ppo.py``: ``gamma``, ``lam``, ``clip_coef``,
@@ -26,13 +26,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import ConfigDict, Field
-from pydantic.dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict, Field
 
-from agent_trainers.algorithms.shared.settings import ASYNC_SETTINGS, Reads, RLConfig
+from agent_trainers.algorithms.shared.settings import RLConfig
 from agent_trainers.rollout.config import RolloutConfig
 
-__all__ = ["PPO_READS", "CriticKind", "KLPlacement", "PPOConfig", "ValueLevel", "check_ppo_settings"]
+__all__ = ["CriticKind", "KLPlacement", "PPOConfig", "ValueLevel", "check_ppo_settings"]
 
 
 class CriticKind(StrEnum):
@@ -64,10 +63,16 @@ class KLPlacement(StrEnum):
     """``beta * k3`` (Schulman's estimator, mean over agent tokens) added to the loss, as GRPO does."""
 
 
-@dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False))
-class PPOConfig:
+class PPOConfig(BaseModel):
     """PPO's hyperparameters (the ``ppo:`` section). Shared RL settings (steps, learning rate, group
-    size, ``beta``, the loss and advantage masks) live in the ``rl:`` section."""
+    size, ``beta``, the loss mask) live in the ``rl:`` section.
+
+    A pydantic model (frozen): fields are checked when it is built, each field's docstring is its help text.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_default=True, frozen=True, allow_inf_nan=False
+    )
 
     critic: CriticKind = CriticKind.VALUE_HEAD
     """``value_head``: a linear head on the policy's backbone; ``separate``: a critic with its own backbone.
@@ -81,8 +86,11 @@ class PPOConfig:
     value: ValueLevel = ValueLevel.TOKEN
     """``token``: GAE over agent tokens (the paper's); ``step``: the critic values each step (turn) at its last
     prompt token and GAE runs over steps (Agent-R1 v0.1.0, StepPO)."""
+    advantage_mask: bool = True
+    """GAE over agent tokens, bootstrapping across env tokens (the paper's advantage alignment); ``false`` runs it
+    over every token (the paper's ablation)."""
     gamma: float = Field(default=1.0, ge=0, le=1)
-    """γ: discount per agent token (env tokens are skipped unless ``rl.advantage_mask`` is false); per step
+    """γ: discount per agent token (env tokens are skipped unless ``advantage_mask`` is false); per step
     with ``value: step``."""
     lam: float = Field(default=1.0, ge=0, le=1)
     """λ of GAE."""
@@ -120,41 +128,6 @@ class PPOConfig:
     """Completion tokens per block of full-vocabulary logits (memory: one block at a time)."""
 
 
-PPO_READS = Reads(
-    "ppo",
-    frozenset(
-        {
-            "rl.steps",
-            "rl.num_generations",
-            "rl.prompts_per_step",
-            "rl.learning_rate",
-            "rl.warmup_steps",
-            "rl.beta",
-            "rl.loss_mask",
-            "rl.step_samples",
-            "rl.advantage_mask",
-            "rl.save_steps",
-            "rl.async_rollouts",
-            *ASYNC_SETTINGS,
-            "report_to",
-        }
-    ),
-    {
-        "rl.micro_batch": "ppo has ppo.micro_batch_size",
-        "rl.gradient_checkpointing": "ppo's trainer does not checkpoint activations",
-        "rl.loss_type": "a TRL loss aggregation; ppo takes token means over each minibatch",
-        "rl.advantage": "ppo's advantages are GAE over agent tokens, with ppo.gamma and ppo.lam",
-        "rl.gamma": "ppo discounts per agent token with ppo.gamma",
-        "rl.scale_rewards": "ppo whitens advantages when ppo.norm_adv is true",
-        "rl.vllm": "ppo generates with the trained model itself",
-        "rl.vllm_server_url": "ppo generates with the trained model itself",
-        "rl.dynamic_sampling": "ppo's critic is its baseline: a tied group still trains the critic",
-        "rl.dynamic_sampling_tries": "it bounds rl.dynamic_sampling, which ppo does not read",
-    },
-)
-"""The shared RL settings :class:`~agent_trainers.algorithms.ppo.PPOTrainer` reads (every ``ppo.*`` field too)."""
-
-
 def check_ppo_settings(rl: RLConfig, ppo: PPOConfig, rollout: RolloutConfig) -> None:
     """The rules across PPO's settings, the shared RL settings and the rollout settings.
 
@@ -163,9 +136,14 @@ def check_ppo_settings(rl: RLConfig, ppo: PPOConfig, rollout: RolloutConfig) -> 
     """
     if not rollout.temperature > 0:
         raise ValueError("ppo scores log-probs at the sampling temperature: rollout.temperature must be > 0")
-    if ppo.value is ValueLevel.STEP and not rl.advantage_mask:
+    if ppo.value is ValueLevel.STEP and not ppo.advantage_mask:
         raise ValueError(
-            "ppo.value: step runs GAE over steps, so rl.advantage_mask: false (GAE over every token) does not apply"
+            "ppo.value: step runs GAE over steps, so ppo.advantage_mask: false (GAE over every token) does not apply"
+        )
+    if rl.step_samples and not ppo.advantage_mask:
+        raise ValueError(
+            "rl.step_samples needs ppo.advantage_mask true: a per-step sample holds the model's tokens only, so env "
+            "tokens cannot enter GAE"
         )
     if ppo.critic_warmup_steps >= rl.steps:
         raise ValueError(

@@ -1,7 +1,7 @@
 """PPO's tensor functions: GAE over the agent's tokens, masked whitening, the clipped losses, KL estimators.
 
 All functions take ``(B, T)`` tensors over the completion tokens of a batch
-(the layout of :mod:`agent_trainers.algorithms.shared.tensors`) and boolean masks;
+(the layout of :mod:`agent_trainers.algorithms.shared.batch`) and boolean masks;
 they hold no state and are checked against hand-computed values in the tests.
 
 Advantage alignment (the Agent-R1 paper's PPO): GAE runs over the tokens of

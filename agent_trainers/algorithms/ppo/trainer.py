@@ -3,18 +3,18 @@
 One step (:meth:`PPOTrainer.step`) is the algorithm:
 
 1. **Rollout**: play ``G`` episodes of each of the step's tasks with the
-   current policy (:class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts`, the same
-   engine and seeds as every algorithm).
-2. **Tensors**: each turn's env reward (process terms, and the outcome at the
-   end) sits on the last agent token of its turn; masks tell agent tokens from
-   env tokens (:func:`~agent_trainers.algorithms.shared.tensors.reward_batch`).
+   current policy (:class:`~agent_trainers.rollout.training.EnvRollouts`, the same
+   engine, task order and seeds as every algorithm).
+2. **Batch**: the episodes as the one batch type every trainer reads
+   (:class:`~agent_trainers.algorithms.shared.batch.AgentBatch`): each turn's env reward (process terms, and the
+   outcome at the end) sits on the last agent token of its turn; masks tell agent tokens from env tokens.
 3. **Score before updating**: log-probs ``log pi_old`` and values ``V`` of every
    completion token, and reference log-probs when ``beta > 0``.
 4. **KL in the reward** (``kl_penalty: reward``): ``r_t -= beta * (log pi_old - log pi_ref)``
    on agent tokens.
 5. **GAE over agent tokens** (the paper's advantage alignment): env tokens are
    skipped and the value bootstraps across them (:func:`~agent_trainers.algorithms.ppo.core.masked_gae`);
-   ``advantage_mask: false`` runs GAE over every token instead.
+   ``ppo.advantage_mask: false`` runs GAE over every token instead.
 6. **Whiten** the advantages over the tokens in the policy loss.
 7. **Update**: ``update_epochs`` passes; each shuffles the episodes into
    ``num_minibatches`` minibatches, accumulates gradients over micro-batches
@@ -51,7 +51,6 @@ from accelerate import Accelerator
 from transformers import PreTrainedModel, TrainerCallback, TrainerControl, TrainerState, get_scheduler
 
 from agent_trainers.algorithms.ppo.actor_critic import ActorCritic, pack_sequences, policy_scores
-from agent_trainers.algorithms.ppo.batch import PPOBatch, build_batch, stale_batch_weights
 from agent_trainers.algorithms.ppo.config import CriticKind, KLPlacement, PPOConfig, ValueLevel, check_ppo_settings
 from agent_trainers.algorithms.ppo.core import (
     clipped_surrogate,
@@ -64,15 +63,16 @@ from agent_trainers.algorithms.ppo.core import (
     masked_whiten,
     step_gae,
 )
+from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback, load_rollout_state
-from agent_trainers.algorithms.shared.generation_worker import AsyncRollouts
-from agent_trainers.algorithms.shared.logprobs import freeze, frozen_copy
-from agent_trainers.algorithms.shared.rollouts import EnvRollouts, episode_metrics
-from agent_trainers.algorithms.shared.settings import RLConfig, bf16_enabled
+from agent_trainers.algorithms.shared.reference import reference_policy
+from agent_trainers.algorithms.shared.settings import RLConfig
+from agent_trainers.policies.device import bf16_enabled
 from agent_trainers.policies.loader import Device, load_model, resolve_device
+from agent_trainers.rollout.training import EnvRollouts, Task, episode_metrics, task_schedule
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["PPOBatch", "PPOTrainer"]
+__all__ = ["PPOTrainer"]
 
 
 @dataclass
@@ -90,8 +90,8 @@ class PPOTrainer:
         tokenizer: Its tokenizer (from :func:`~agent_trainers.policies.load_model`).
         rollout: Plays the episodes; its ``rows`` are the training tasks and its
             ``config.temperature`` (> 0) is the temperature log-probs are scored at.
-        rl: The shared RL settings (:class:`~agent_trainers.algorithms.shared.settings.RLConfig`); PPO reads
-            those in :data:`~agent_trainers.algorithms.ppo.config.PPO_READS` (``beta`` is the KL coefficient).
+        rl: The shared RL settings (:class:`~agent_trainers.algorithms.shared.settings.RLConfig`; ``beta`` is the KL
+            coefficient).
         ppo: PPO's own settings (:class:`~agent_trainers.algorithms.ppo.config.PPOConfig`).
         output_dir: Checkpoints (``checkpoint-N/``) and the KL reference (``reference/``) go here.
         seed: Seeds the task order and the minibatch shuffles (rollouts are seeded by the rollout function).
@@ -127,11 +127,15 @@ class PPOTrainer:
         self.rollout, self.tokenizer = rollout, tokenizer
         self.seed, self.device = seed, Device(device)
         self.output_dir = Path(output_dir)
-        self.tasks = [(str(r["env_id"]), int(r["task_index"])) for r in rollout.rows]
         where = resolve_device(self.device)
         mixed = "bf16" if bf16_enabled(where.type, bf16) else "no"
         self.accelerator = Accelerator(cpu=where.type == "cpu", mixed_precision=mixed)
-        self.reference = self._reference(model) if rl.beta else None
+        tasks = [(str(r["env_id"]), int(r["task_index"])) for r in rollout.rows]
+        per_step = rl.prompts_per_step * self.accelerator.num_processes
+        self.task_schedule: list[list[Task]] = task_schedule(tasks, per_step, rl.steps, seed)
+        """Every process's tasks of each step (each process plays its share)."""
+        main = self.accelerator.is_main_process
+        self.reference = reference_policy(model, self.output_dir, main_process=main) if rl.beta else None
         agent = ActorCritic(model, self.ppo.critic, critic_backbone=self._critic_backbone(), chunk=self.ppo.logit_chunk)
         optimizer = torch.optim.AdamW(self._param_groups(agent), lr=rl.learning_rate, weight_decay=0.0)
         updates = rl.steps * self.ppo.update_epochs * self.ppo.num_minibatches
@@ -141,9 +145,9 @@ class PPOTrainer:
         self.state = TrainerState(max_steps=rl.steps, is_world_process_zero=self.accelerator.is_main_process)
         self.control = TrainerControl()
         self.callbacks: list[TrainerCallback] = [RolloutStateCallback(rollout), *callbacks]
-        self._owns_pool = rl.async_rollouts and rollout.asynchronous is None
+        self._owns_pool = rl.async_rollouts.enabled and rollout.asynchronous is None
         if self._owns_pool:
-            rollout.asynchronous = AsyncRollouts.from_settings(rollout, self.model, tokenizer, rl)
+            rollout.asynchronous = rl.async_rollouts.worker(rollout, self.model, tokenizer)
         self._is_stats: dict[str, float] = {}
 
     # ------------------------------------------------------------------ set-up
@@ -161,16 +165,6 @@ class PPOTrainer:
             {"params": [p for p in agent.policy.parameters() if p.requires_grad], "lr": self.rl.learning_rate},
             {"params": critic, "lr": critic_lr},
         ]
-
-    def _reference(self, model: Any) -> torch.nn.Module:
-        """A frozen copy of the policy as RL starts, saved once under ``reference/`` and reloaded on resume."""
-        folder = self.output_dir / "reference"
-        if (folder / "config.json").is_file():
-            ref = type(model).from_pretrained(folder, dtype=model.dtype, local_files_only=True)
-            return freeze(ref.to(model.device))
-        if self.accelerator.is_main_process:
-            model.save_pretrained(folder)
-        return frozen_copy(model)
 
     @property
     def model(self) -> Any:
@@ -222,55 +216,56 @@ class PPOTrainer:
         stats = self.update(batch)
         return self._metrics(trajectories, batch, stats)
 
-    def prepare(self, trajectories: list[Trajectory]) -> PPOBatch:
-        """Steps 2-6: tensors, log-probs and values before the update, KL in the reward, GAE, whitening."""
-        p = self.ppo
-        # 2. tensors: each turn's reward on its last agent token; agent / env / padding masks
-        batch = build_batch(trajectories, self.rl, self.accelerator.device)
+    def prepare(self, trajectories: list[Trajectory]) -> AgentBatch:
+        """Steps 2-6: the batch, log-probs and values before the update, KL in the reward, GAE, whitening."""
+        p, a = self.ppo, self.rl.async_rollouts
+        # 2. the batch: each turn's reward on its last agent token; agent / env / padding masks
+        batch = AgentBatch.from_trajectories(
+            trajectories,
+            group_size=self.rl.num_generations,
+            device=self.accelerator.device,
+            loss_mask=self.rl.loss_mask,
+            advantage_mask=p.advantage_mask,
+            step_samples=self.rl.step_samples,
+            staleness=int(self.rollout.last_stats.get("async/staleness", 0)),
+        )
         # 3. score with the policy before the update
-        batch.old_logprobs, batch.old_values = self._score(batch, self.agent, values=True)
+        batch.old_logprobs, batch.values = self._score(batch, self.agent, values=True)
         if self.reference is not None:
             batch.ref_logprobs, _ = self._score(batch, self.reference, values=False)
         # 4. KL in the reward
-        rewards = batch.rewards.token_rewards
+        rewards = batch.token_rewards
         if batch.ref_logprobs is not None and p.kl_penalty is KLPlacement.REWARD:
-            kl = kl_k1(batch.old_logprobs, batch.ref_logprobs) * batch.rewards.model_mask
+            kl = kl_k1(batch.old_logprobs, batch.ref_logprobs) * batch.model_mask
             rewards = rewards - self.rl.beta * kl
         # 5. GAE over the agent's tokens (or every token), bootstrapping across the rest; or over the steps
         if p.value is ValueLevel.STEP:  # the critic is then trained at the step positions only
-            r = batch.rewards
-            advantages, batch.returns, batch.gae_mask = step_gae(
-                rewards, batch.old_values, r.turn_index, r.turn_starts, gamma=p.gamma, lam=p.lam
+            advantages, batch.returns, batch.advantage_mask = step_gae(
+                rewards, batch.values, batch.turn_index, batch.turn_starts, gamma=p.gamma, lam=p.lam
             )
         else:
-            advantages, batch.returns = masked_gae(rewards, batch.old_values, batch.gae_mask, gamma=p.gamma, lam=p.lam)
+            advantages, batch.returns = masked_gae(rewards, batch.values, batch.advantage_mask, gamma=p.gamma, lam=p.lam)
         # 6. whiten over the tokens in the policy loss; the other tokens get 0
         batch.advantages = masked_whiten(advantages, batch.policy_mask) if p.norm_adv else advantages
         batch.advantages = batch.advantages * batch.policy_mask
-        # off-policy correction of a batch generated by an older policy (rl.async_rollouts; offpolicy.py)
-        staleness = self.rollout.last_stats.get("async/staleness", 0.0)
-        batch.is_weights, self._is_stats = stale_batch_weights(batch, staleness, self.rl)
+        # off-policy correction of a batch generated by an older policy (rl.async_rollouts; offpolicy.py): the
+        # ratio is taken against log pi_old, the policy before this step's update
+        batch.is_weights, self._is_stats = batch.stale_weights(batch.old_logprobs, a.importance_sampling, a.importance_cap)
         return batch
 
     # ---------------------------------------------------------------- rollout
-    def _tasks_of_step(self, step: int) -> list[tuple[str, int]]:
-        """This process's tasks of step ``step``: consecutive slices of per-epoch permutations (seeded)."""
-        n, world = len(self.tasks), self.accelerator.num_processes
-        per_step = self.rl.prompts_per_step * world
-        picks = []
-        for i in range(step * per_step, (step + 1) * per_step):
-            epoch, pos = divmod(i, n)
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
-            picks.append(self.tasks[int(order[pos])])
-        return picks[self.accelerator.process_index :: world]
+    def _tasks_of_step(self, step: int) -> list[Task]:
+        """This process's tasks of step ``step`` (its share of :attr:`task_schedule`)."""
+        world = self.accelerator.num_processes
+        return self.task_schedule[step][self.accelerator.process_index :: world]
 
-    def _play(self, tasks: list[tuple[str, int]]) -> list[Trajectory]:
+    def _play(self, tasks: list[Task]) -> list[Trajectory]:
         began = time.perf_counter()
         trajectories = self._play_now_or_ahead(tasks)
         self.rollout.last_stats["time/rollout"] = time.perf_counter() - began
         return trajectories
 
-    def _play_now_or_ahead(self, tasks: list[tuple[str, int]]) -> list[Trajectory]:
+    def _play_now_or_ahead(self, tasks: list[Task]) -> list[Trajectory]:
         pool = self.rollout.asynchronous
         if pool is not None:  # played by the generation worker, maybe steps ago; the next steps' submitted
             step = self.state.global_step
@@ -299,25 +294,25 @@ class PPOTrainer:
         size = self.ppo.micro_batch_size
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
-    def _inputs(self, batch: PPOBatch, rows: torch.Tensor) -> dict[str, Any]:
+    def _inputs(self, batch: AgentBatch, rows: torch.Tensor) -> dict[str, Any]:
         picked = rows.tolist()
         packed = pack_sequences(
-            [batch.prompts[r] for r in picked],
-            [batch.completions[r] for r in picked],
+            [batch.prompt_ids[r] for r in picked],
+            [batch.completion_ids[r] for r in picked],
             pad_id=self.tokenizer.pad_token_id,
             device=self.accelerator.device,
         )
         steps = None if batch.steps is None else [batch.steps[r] for r in picked]
         return packed.model_inputs() | {"steps": steps}
 
-    def _scored(self, batch: PPOBatch, rows: torch.Tensor, width: int) -> torch.Tensor:
+    def _scored(self, batch: AgentBatch, rows: torch.Tensor, width: int) -> torch.Tensor:
         """Tokens whose log-probs PPO needs: those in the policy loss and the agent's (for the KL)."""
-        return (batch.policy_mask | batch.rewards.model_mask)[rows, :width]
+        return (batch.policy_mask | batch.model_mask)[rows, :width]
 
     @torch.no_grad()
-    def _score(self, batch: PPOBatch, model: torch.nn.Module, *, values: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score(self, batch: AgentBatch, model: torch.nn.Module, *, values: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs (and values) of the completion tokens, micro-batch by micro-batch, without gradients."""
-        shape = batch.rewards.valid.shape
+        shape = batch.valid.shape
         logprobs = torch.zeros(shape, device=self.accelerator.device)
         out_values = torch.zeros(shape, device=self.accelerator.device)
         temperature, chunk = self.rollout.config.temperature, self.ppo.logit_chunk
@@ -331,7 +326,7 @@ class PPOTrainer:
                 out_values[rows, :width] = v.float()
             else:  # the frozen reference policy, on agent tokens
                 seq = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
-                agent = batch.rewards.model_mask[rows, :width]
+                agent = batch.model_mask[rows, :width]
                 width_p = inputs["prompt_width"]
                 reference = cast(PreTrainedModel, model)  # the reference is a copy of the causal LM policy
                 lp, _, _ = policy_scores(
@@ -341,9 +336,9 @@ class PPOTrainer:
         return logprobs, out_values
 
     # ----------------------------------------------------------------- update
-    def update(self, batch: PPOBatch) -> dict[str, list[float]]:
+    def update(self, batch: AgentBatch) -> dict[str, list[float]]:
         """Step 7: ``update_epochs`` passes of ``num_minibatches`` optimizer steps; returns per-minibatch statistics."""
-        p, n = self.ppo, len(batch.prompts)
+        p, n = self.ppo, len(batch.prompt_ids)
         shuffle = torch.Generator().manual_seed(self.seed * 1_000_003 + self.state.global_step)
         size = math.ceil(n / p.num_minibatches)
         stats: dict[str, list[float]] = defaultdict(list)
@@ -356,12 +351,12 @@ class PPOTrainer:
                 break
         return stats
 
-    def _minibatch(self, batch: PPOBatch, rows: torch.Tensor, stats: dict[str, list[float]]) -> float:
+    def _minibatch(self, batch: AgentBatch, rows: torch.Tensor, stats: dict[str, list[float]]) -> float:
         """One optimizer step over ``rows``; gradients accumulate over its micro-batches. Returns the approx KL."""
         tokens = {
             "policy": batch.policy_mask[rows].sum().clamp(min=1),
-            "value": batch.gae_mask[rows].sum().clamp(min=1),
-            "agent": batch.rewards.model_mask[rows].sum().clamp(min=1),
+            "value": batch.advantage_mask[rows].sum().clamp(min=1),
+            "agent": batch.model_mask[rows].sum().clamp(min=1),
         }
         sums: dict[str, float] = defaultdict(float)
         micro = self._micro_batches(rows)
@@ -382,7 +377,7 @@ class PPOTrainer:
         return sums["approx_kl"]
 
     def _micro_loss(
-        self, batch: PPOBatch, rows: torch.Tensor, tokens: dict[str, torch.Tensor]
+        self, batch: AgentBatch, rows: torch.Tensor, tokens: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """This micro-batch's share of the minibatch loss (token sums over the minibatch's token counts)."""
         p = self.ppo
@@ -394,11 +389,13 @@ class PPOTrainer:
             scored=self._scored(batch, rows, w),
             entropy=True,  # logged every step; a bonus only when ent_coef > 0
         )
+        assert batch.old_logprobs is not None and batch.advantages is not None  # filled by prepare()
+        assert batch.values is not None and batch.returns is not None
         old_logp, adv = batch.old_logprobs[rows, :w], batch.advantages[rows, :w]
-        pol, val, agent = batch.policy_mask[rows, :w], batch.gae_mask[rows, :w], batch.rewards.model_mask[rows, :w]
+        pol, val, agent = batch.policy_mask[rows, :w], batch.advantage_mask[rows, :w], batch.model_mask[rows, :w]
         pg, pg_clipped = clipped_surrogate(logp, old_logp, adv, p.clip_coef)
         vl, v_clipped = clipped_value_loss(
-            values, batch.old_values[rows, :w], batch.returns[rows, :w], p.vf_clip if p.clip_vloss else None
+            values, batch.values[rows, :w], batch.returns[rows, :w], p.vf_clip if p.clip_vloss else None
         )
         if batch.is_weights is not None:  # truncated importance sampling of a stale batch
             pg = pg * batch.is_weights[rows, :w]
@@ -428,24 +425,25 @@ class PPOTrainer:
         return loss, parts
 
     # ---------------------------------------------------------------- metrics
-    def _metrics(self, trajectories: list[Trajectory], batch: PPOBatch, stats: dict[str, list[float]]) -> dict:
-        scores = batch.rewards.scores
+    def _metrics(self, trajectories: list[Trajectory], batch: AgentBatch, stats: dict[str, list[float]]) -> dict:
+        scores = batch.scores
+        assert batch.values is not None and batch.returns is not None and batch.old_logprobs is not None
         out: dict[str, float] = {
             "reward": float(scores.mean()),
             "reward_std": float(scores.std()) if scores.numel() > 1 else float("nan"),
             "loss": _mean(stats["loss"]),
             "grad_norm": _mean(stats["grad_norm"]),
             "ppo/epochs": float(len(stats["epochs"])),
-            "ppo/explained_variance": explained_variance(batch.old_values, batch.returns, batch.gae_mask),
-            "ppo/values": float(masked_mean(batch.old_values, batch.gae_mask)),
-            "ppo/returns": float(masked_mean(batch.returns, batch.gae_mask)),
+            "ppo/explained_variance": explained_variance(batch.values, batch.returns, batch.advantage_mask),
+            "ppo/values": float(masked_mean(batch.values, batch.advantage_mask)),
+            "ppo/returns": float(masked_mean(batch.returns, batch.advantage_mask)),
         }
         for name in ("policy_loss", "value_loss", "clipfrac", "value_clipfrac", "approx_kl", "entropy", "kl_loss"):
             if stats.get(name):
                 out[f"ppo/{name}"] = _mean(stats[name])
         if batch.ref_logprobs is not None:
             kl = kl_k1(batch.old_logprobs, batch.ref_logprobs)
-            out["ppo/kl_ref"] = float(masked_mean(kl, batch.rewards.model_mask))
+            out["ppo/kl_ref"] = float(masked_mean(kl, batch.model_mask))
         return out | episode_metrics(trajectories) | self.rollout.last_stats | self._is_stats
 
     # ------------------------------------------------------------ checkpoints

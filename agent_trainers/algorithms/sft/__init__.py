@@ -5,21 +5,10 @@ Names are imported lazily (``from agent_trainers.algorithms.sft import run_sft``
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-_LAZY = {
-    "OracleEpisode": "cold_start",
-    "make_sft_config": "cold_start",
-    "oracle_episodes": "cold_start",
-    "run_sft": "cold_start",
-    "tokenize_episode": "cold_start",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+import lazy_loader
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "cold_start": ["OracleEpisode", "make_sft_config", "oracle_episodes", "run_sft", "tokenize_episode"],
+    },
+)

@@ -1,12 +1,12 @@
 """Advantage estimators behind one registry: GRPO, RLOO, REINFORCE++, REINFORCE++-baseline, GiGPO.
 
 Every estimator starts from the same per-token rewards
-(:mod:`agent_trainers.algorithms.shared.tensors`): each turn's env reward - process
+(:mod:`agent_trainers.algorithms.shared.batch`): each turn's env reward - process
 terms included - on the last model token of its turn, plus, for estimators that
 take the KL in the reward, ``-beta * KL_t`` on every model token. From them,
-:func:`~agent_trainers.algorithms.shared.tensors.discounted_returns` gives returns-to-go
+:func:`~agent_trainers.algorithms.shared.batch.discounted_returns` gives returns-to-go
 ``G[b, t]`` (``gamma`` per turn) and the episode return ``R[b] = G[b, 0]``. The
-:class:`AdvantageMode` chooses what is judged:
+:class:`AdvantageMode` (the section's ``advantage``) chooses what is judged:
 
 * ``outcome`` - one value per rollout: every token gets ``R[b]``;
 * ``turn`` - each token gets its return-to-go ``G[b, t]``: a turn is judged by
@@ -25,7 +25,7 @@ sample standard deviation, Bessel-corrected, as in TRL; ``eps = 1e-4``):
 * ``grpo`` (Shao et al., 2024): ``(x - mean) / (std + eps)`` with mean and std
   over the group's units - its ``G`` rollouts (outcome), or per step the turn
   ``k`` values of the rollouts that reached turn ``k`` (turn);
-  ``scale="batch"`` takes std over every unit of the batch, ``"none"`` only centres;
+  ``scale_rewards: batch`` takes std over every unit of the batch, ``none`` only centres;
 * ``rloo`` (Ahmadian et al., 2024): ``x - mean_{j != b} R[j]`` over the other
   members of the group (leave-one-out baseline; needs ``G >= 2``); per step in
   turn mode;
@@ -35,20 +35,20 @@ sample standard deviation, Bessel-corrected, as in TRL; ``eps = 1e-4``):
 * ``reinforce_pp_baseline``: ``x - mean_group R`` (the group mean of episode
   returns; per step in turn mode), then the same global token-level normalisation;
 * ``gigpo`` (Feng et al., 2025, "Group-in-Group Policy Optimization"):
-  ``A = A_episode + omega * A_step`` (``omega`` is ``step_weight``). ``A_episode``
+  ``A = A_episode + omega * A_step`` (``omega`` is ``gigpo.step_weight``). ``A_episode``
   is ``grpo``'s outcome advantage of the rollout, in either mode. ``A_step`` judges
   a turn against the turns of its group taken from the same *anchor state*
   (``batch.turn_states``: identical token ids, see
-  :class:`~agent_trainers.algorithms.shared.tensors.AnchorState`), across the
+  :class:`~agent_trainers.algorithms.shared.names.AnchorState`), across the
   group's rollouts and within one (a state a rollout revisits counts once per
   visit): ``(x - mean) / (std + eps)`` over that anchor group's turn values ``x``,
   each valued at its turn's first token - in turn mode (the paper's) the
   discounted return from that turn on, ``G[b, t]``; in outcome mode the episode
-  return ``R[b]``. ``scale`` as for ``grpo``: ``group`` divides by the anchor
+  return ``R[b]``. ``scale_rewards`` as for ``grpo``: ``group`` divides by the anchor
   group's std + eps, ``batch`` by the std of every turn value of the batch + eps,
   ``none`` by 1. A turn whose state no other turn of its group was taken from gets
   ``A_step = 0``. Turn 0 is taken from the prompt, which the whole group shares, so
-  with ``scale="group"`` its ``A_step`` equals ``A_episode``.
+  with ``scale_rewards: group`` its ``A_step`` equals ``A_episode``.
 
 KL: ``grpo`` and ``gigpo`` keep TRL's KL term in the loss (``beta`` there). The three
 REINFORCE-family estimators put it in the reward instead, per token:
@@ -59,56 +59,33 @@ Values on env tokens follow the same rules (their return is what follows
 them; in GRPO's turn mode and in GiGPO's step advantage a turn's env tokens
 share its advantage, as a step whose rewards are all equal has std 0); they
 matter only when the loss mask is switched off. Padding gets 0.
-Adding an estimator is one function decorated with :func:`register`.
+Adding an estimator is one function decorated with :func:`register` and its settings section
+(:mod:`.sections`); each estimator reads its settings from that section.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from agent_trainers.algorithms.shared.names import (
-    ESTIMATOR_TRAITS,
-    GIGPO_HINTS,
-    GIGPO_READS,
-    GROUP_BASELINE_READS,
-    AdvantageMode,
-    Algorithm,
-    EstimatorTraits,
-    ScaleRewards,
+from agent_trainers.algorithms.shared.batch import AgentBatch, discounted_returns
+from agent_trainers.algorithms.shared.names import AdvantageMode, Algorithm, ScaleRewards
+from agent_trainers.algorithms.shared.sections import (
+    ESTIMATOR_SECTIONS,
+    GiGPOSettings,
+    GRPOSettings,
+    TRLSettings,
 )
-from agent_trainers.algorithms.shared.tensors import RewardBatch, discounted_returns
 
-__all__ = [
-    "ESTIMATORS",
-    "GIGPO_HINTS",
-    "GIGPO_READS",
-    "GROUP_BASELINE_READS",
-    "AdvantageMode",
-    "Algorithm",
-    "Estimator",
-    "ScaleRewards",
-    "compute_advantages",
-    "register",
-]
+__all__ = ["ESTIMATORS", "AdvantageMode", "Algorithm", "Estimator", "ScaleRewards", "compute_advantages", "register"]
 
 EPS = 1e-4
 
-
-@dataclass(frozen=True)
-class Options:
-    """Settings an estimator may read."""
-
-    mode: AdvantageMode
-    scale: ScaleRewards
-    eps: float
-    step_weight: float = 1.0
-    """``gigpo``'s omega: the weight of its step-level (anchor-state) advantage."""
-
-
-EstimatorFn = Callable[[torch.Tensor, torch.Tensor, RewardBatch, Options], torch.Tensor]
+EstimatorFn = Callable[[torch.Tensor, torch.Tensor, AgentBatch, Any], torch.Tensor]
+"""``fn(values, episode_returns, batch, settings) -> (B, T)`` advantages; ``settings`` is the algorithm's section."""
 
 
 @dataclass(frozen=True)
@@ -117,47 +94,43 @@ class Estimator:
 
     Attributes:
         name: Registry key (an :class:`Algorithm` value).
-        fn: ``fn(values, episode_returns, batch, options) -> (B, T)`` advantages.
-        kl_in_reward: The KL penalty enters the reward (else it stays in TRL's loss).
-        min_group_size: Smallest group the estimator is defined for.
-        reads: The settings it reads besides those every estimator reads (``rl.advantage``, ``rl.gamma``,
-            ``rl.beta``), as dotted config keys: the trainer that runs it declares them (e.g. ``rl.scale_rewards``).
+        fn: ``fn(values, episode_returns, batch, settings) -> (B, T)`` advantages.
+        settings: Its config section (a :class:`~.sections.TRLSettings` subclass), which also says whether the KL
+            enters the reward and the smallest group it is defined for.
     """
 
     name: str
     fn: EstimatorFn
-    kl_in_reward: bool
-    min_group_size: int
-    reads: frozenset[str] = frozenset()
+    settings: type[TRLSettings]
+
+    @property
+    def kl_in_reward(self) -> bool:
+        """The KL penalty enters the reward (else it stays in TRL's loss)."""
+        return self.settings.kl_in_reward
+
+    @property
+    def min_group_size(self) -> int:
+        """Smallest group the estimator is defined for."""
+        return self.settings.min_group_size
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 """The registry: algorithm name -> :class:`Estimator`."""
 
 
-def register(
-    name: str,
-    *,
-    kl_in_reward: bool | None = None,
-    min_group_size: int = 1,
-    reads: frozenset[str] = frozenset(),
-) -> Callable[[EstimatorFn], EstimatorFn]:
+def register(name: str, *, settings: type[TRLSettings] | None = None) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator adding an estimator function to :data:`ESTIMATORS` under ``name``.
 
-    A built-in name takes its traits from :data:`~.names.ESTIMATOR_TRAITS` (where the config reads them without
-    importing torch); a new name gives ``kl_in_reward`` (and optionally ``min_group_size``, ``reads``), which are
-    recorded there too.
+    A built-in name takes its section from :data:`~.sections.ESTIMATOR_SECTIONS`; a new name gives its own
+    ``settings`` class (a :class:`~.sections.TRLSettings` subclass, whose class attributes ``kl_in_reward`` and
+    ``min_group_size`` describe the estimator).
     """
-    if kl_in_reward is None:
-        if str(name) not in ESTIMATOR_TRAITS:
-            raise ValueError(f"register({name!r}): a new estimator needs kl_in_reward= (True or False)")
-        traits = ESTIMATOR_TRAITS[str(name)]
-    else:
-        traits = EstimatorTraits(kl_in_reward, min_group_size, frozenset(reads))
-        ESTIMATOR_TRAITS[str(name)] = traits
+    section = settings or ESTIMATOR_SECTIONS.get(str(name))  # type: ignore[call-overload]
+    if section is None:
+        raise ValueError(f"register({name!r}): a new estimator needs settings= (its TRLSettings subclass)")
 
     def add(fn: EstimatorFn) -> EstimatorFn:
-        ESTIMATORS[str(name)] = Estimator(str(name), fn, traits.kl_in_reward, traits.min_group_size, traits.reads)
+        ESTIMATORS[str(name)] = Estimator(str(name), fn, section)
         return fn
 
     return add
@@ -186,7 +159,7 @@ def _by_turn_index(row: int, turn: int) -> Hashable:
     return turn
 
 
-def _units(values: torch.Tensor, batch: RewardBatch, start: int, g: int, key: TurnKey) -> dict[Hashable, list[Unit]]:
+def _units(values: torch.Tensor, batch: AgentBatch, start: int, g: int, key: TurnKey) -> dict[Hashable, list[Unit]]:
     """Key -> the units of rows ``start .. start + g - 1`` with that key, in row order."""
     units: dict[Hashable, list[Unit]] = {}
     for b in range(start, start + g):
@@ -197,7 +170,7 @@ def _units(values: torch.Tensor, batch: RewardBatch, start: int, g: int, key: Tu
 
 def _step_baselines(
     values: torch.Tensor,
-    batch: RewardBatch,
+    batch: AgentBatch,
     *,
     leave_one_out: bool,
     scale: ScaleRewards,
@@ -254,21 +227,21 @@ def _group_outcome(returns: torch.Tensor, g: int, scale: ScaleRewards, eps: floa
 
 
 @register(Algorithm.GRPO)
-def grpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
+def grpo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: GRPOSettings) -> torch.Tensor:
     """Group-relative: centre (and scale) by the group's rollouts (outcome) or per step (turn)."""
-    if opts.mode is AdvantageMode.TURN:
+    if settings.advantage is AdvantageMode.TURN:
         baseline, divisor, turn_value = _step_baselines(
-            values, batch, leave_one_out=False, scale=opts.scale, eps=opts.eps
+            values, batch, leave_one_out=False, scale=settings.scale_rewards, eps=EPS
         )
         return (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
-    return _group_outcome(returns, batch.group_size, opts.scale, opts.eps)[:, None].expand_as(values)
+    return _group_outcome(returns, batch.group_size, settings.scale_rewards, EPS)[:, None].expand_as(values)
 
 
 @register(Algorithm.RLOO)
-def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
+def rloo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: TRLSettings) -> torch.Tensor:
     """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
-    if opts.mode is AdvantageMode.TURN:
-        return values - _step_baselines(values, batch, leave_one_out=True, scale=ScaleRewards.NONE, eps=opts.eps)[0]
+    if settings.advantage is AdvantageMode.TURN:
+        return values - _step_baselines(values, batch, leave_one_out=True, scale=ScaleRewards.NONE, eps=EPS)[0]
     g = batch.group_size
     sums = returns.view(-1, g).sum(dim=1, keepdim=True)
     baseline = ((sums - returns.view(-1, g)) / (g - 1)).reshape(-1)
@@ -276,73 +249,66 @@ def rloo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: 
 
 
 @register(Algorithm.REINFORCE_PP)
-def reinforce_pp(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
+def reinforce_pp(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: TRLSettings) -> torch.Tensor:
     """Global batch normalisation over every model token of the batch."""
-    return _whiten(values, batch.model_mask, opts.eps)
+    return _whiten(values, batch.model_mask, EPS)
 
 
 @register(Algorithm.REINFORCE_PP_BASELINE)
 def reinforce_pp_baseline(
-    values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options
+    values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: TRLSettings
 ) -> torch.Tensor:
     """Group-mean baseline, then global batch normalisation over model tokens."""
-    if opts.mode is AdvantageMode.TURN:
-        baseline = _step_baselines(values, batch, leave_one_out=False, scale=ScaleRewards.NONE, eps=opts.eps)[0]
-        return _whiten(values - baseline, batch.model_mask, opts.eps)
+    if settings.advantage is AdvantageMode.TURN:
+        baseline = _step_baselines(values, batch, leave_one_out=False, scale=ScaleRewards.NONE, eps=EPS)[0]
+        return _whiten(values - baseline, batch.model_mask, EPS)
     g = batch.group_size
     group_mean = returns.view(-1, g).mean(dim=1).repeat_interleave(g)
-    return _whiten(values - group_mean[:, None], batch.model_mask, opts.eps)
+    return _whiten(values - group_mean[:, None], batch.model_mask, EPS)
 
 
 @register(Algorithm.GIGPO)
-def gigpo(values: torch.Tensor, returns: torch.Tensor, batch: RewardBatch, opts: Options) -> torch.Tensor:
+def gigpo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: GiGPOSettings) -> torch.Tensor:
     """Group-in-group: the episode's GRPO outcome advantage plus ``step_weight`` times its turn's anchor-state one."""
-    episode = _group_outcome(returns, batch.group_size, opts.scale, opts.eps)[:, None]
+    scale = settings.scale_rewards
+    episode = _group_outcome(returns, batch.group_size, scale, EPS)[:, None]
     baseline, divisor, turn_value = _step_baselines(
-        values, batch, leave_one_out=False, scale=opts.scale, eps=opts.eps, key=lambda b, k: batch.turn_states[b][k]
+        values, batch, leave_one_out=False, scale=scale, eps=EPS, key=lambda b, k: batch.turn_states[b][k]
     )
-    return episode + opts.step_weight * (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
+    return episode + settings.step_weight * (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
 
 
 def compute_advantages(
-    batch: RewardBatch,
+    batch: AgentBatch,
     algorithm: Algorithm | str,
+    settings: TRLSettings | None = None,
     *,
-    mode: AdvantageMode | str = AdvantageMode.OUTCOME,
-    gamma: float = 1.0,
     kl_coef: float = 0.0,
     kl: torch.Tensor | None = None,
-    scale: ScaleRewards | str = ScaleRewards.GROUP,
-    eps: float = EPS,
-    step_weight: float = 1.0,
 ) -> torch.Tensor:
     """Per-token advantages ``(B, T)`` of a batch (see the module docstring).
 
     Args:
-        batch: From :func:`~agent_trainers.algorithms.shared.tensors.reward_batch`.
+        batch: From :meth:`~agent_trainers.algorithms.shared.batch.AgentBatch.from_trajectories`.
         algorithm: A registered estimator name (an :class:`Algorithm`).
-        mode: ``outcome`` or ``turn`` (for ``gigpo``, the value of its step units; ``turn`` is the paper's).
-        gamma: Per-turn discount in (0, 1].
+        settings: The algorithm's section (:mod:`.sections`); its ``advantage`` (outcome or turn) and ``gamma``
+            (per turn), and whatever the estimator reads of it (``scale_rewards``, ``step_weight``). None: the
+            section's defaults.
         kl_coef: ``beta`` of the KL penalty in the reward (estimators with ``kl_in_reward`` only).
         kl: ``(B, T)`` per-token KL estimates; required when ``kl_coef > 0`` for such estimators.
-        scale: GRPO's (and GiGPO's) std scaling, a :class:`ScaleRewards` (TRL's ``scale_rewards``).
-        eps: Added to standard deviations.
-        step_weight: ``gigpo``'s omega, the weight of its step-level advantage (>= 0; 0 gives GRPO's outcome).
 
     Raises:
         KeyError: Unknown algorithm (the message lists the registered ones).
-        ValueError: Bad ``gamma``/``scale``/``step_weight``, a group too small, or a missing ``kl``.
+        TypeError: ``settings`` is another algorithm's section.
+        ValueError: A group too small, or a missing ``kl``.
     """
     name = str(algorithm)
     if name not in ESTIMATORS:
         raise KeyError(f"no advantage estimator {name!r}; registered: {sorted(ESTIMATORS)}")
     est = ESTIMATORS[name]
-    if not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma must be in (0, 1] (got {gamma})")
-    if scale not in set(ScaleRewards):
-        raise ValueError(f"scale must be 'group', 'batch' or 'none' (got {scale!r})")
-    if not step_weight >= 0.0:
-        raise ValueError(f"step_weight must be >= 0 (got {step_weight})")
+    settings = est.settings() if settings is None else settings
+    if not isinstance(settings, est.settings):
+        raise TypeError(f"{name} reads a {est.settings.__name__} section (got {type(settings).__name__})")
     if batch.group_size < est.min_group_size:
         raise ValueError(f"{name} needs groups of at least {est.min_group_size} rollouts (got {batch.group_size})")
     rewards = batch.token_rewards
@@ -350,8 +316,8 @@ def compute_advantages(
         if kl is None:
             raise ValueError(f"{name} with a KL coefficient needs the per-token KL (kl=...)")
         rewards = rewards - kl_coef * kl * batch.model_mask
-    returns_to_go = discounted_returns(rewards, batch.turn_index, gamma)
+    returns_to_go = discounted_returns(rewards, batch.turn_index, settings.gamma)
     returns = returns_to_go[:, 0] if returns_to_go.shape[1] else rewards.new_zeros(rewards.shape[0])
-    opts = Options(mode=AdvantageMode(mode), scale=ScaleRewards(scale), eps=eps, step_weight=float(step_weight))
-    values = returns_to_go if opts.mode is AdvantageMode.TURN else returns[:, None].expand_as(returns_to_go)
-    return est.fn(values, returns, batch, opts) * batch.valid
+    turn = settings.advantage is AdvantageMode.TURN
+    values = returns_to_go if turn else returns[:, None].expand_as(returns_to_go)
+    return est.fn(values, returns, batch, settings) * batch.valid

@@ -3,7 +3,7 @@
 Each trainer logs its own figures under its own names (TRL: ``entropy``,
 ``clip_ratio/region_mean``, ``kl``; our PPO: ``ppo/entropy``, ``ppo/clipfrac``,
 ``ppo/kl_ref``) and every trainer logs the rollout figures of
-:func:`~agent_trainers.algorithms.shared.rollouts.episode_metrics`. This table
+:func:`~agent_trainers.rollout.training.episode_metrics`. This table
 names each diagnostic once, says where each trainer logs it, and is what the
 pipeline writes to ``metrics.jsonl`` (:func:`canonical`), prints after each step
 (:func:`step_line`) and draws (``plots/diagnostics.png``). A figure a trainer
@@ -160,13 +160,13 @@ def alarms(now: Mapping[str, float], first: Mapping[str, float] | None = None) -
 
     Example:
         >>> alarms({"groups/tied": 0.75, "rollout/answered": 0.5}, {"rollout/answered": 0.9})
-        ['75% of groups tied (no signal for a group baseline; rl.dynamic_sampling refills them)', \
+        ['75% of groups tied (no signal for a group baseline; dynamic_sampling: true refills them)', \
 'answer rate fell 0.90 -> 0.50 since the first step']
     """
     out = []
     tied = now.get("groups/tied")
     if tied is not None and tied > TIED_ALARM:
-        fix = "its tries ran out" if "dynamic_sampling/dropped" in now else "rl.dynamic_sampling refills them"
+        fix = "its tries ran out" if "dynamic_sampling/dropped" in now else "dynamic_sampling: true refills them"
         out.append(f"{tied:.0%} of groups tied (no signal for a group baseline; {fix})")
     for key, what in (("rollout/answered", "answer rate fell"), ("rollout/format_errors", "format errors rose")):
         if first is None or key not in now or key not in first:

@@ -3,7 +3,7 @@
 :func:`pack_sequences` lays out a batch of ``prompt + completion`` rows
 (prompts left-padded to one width, completions right-padded, positions
 counting real tokens only). A trainer's row is one trajectory: its prompt and
-its completion (model and env tokens interleaved, :mod:`~agent_trainers.algorithms.shared.tensors`).
+its completion (model and env tokens interleaved, :mod:`~agent_trainers.algorithms.shared.batch`).
 
 **Per-step samples.** Under a context policy other than ``"append"``
 (:mod:`agent_gym.core.context`) turn ``k`` was generated from the env's view,
@@ -37,7 +37,6 @@ __all__ = [
     "STEP_ROWS",
     "SequenceBatch",
     "StepSpan",
-    "batch_steps",
     "covered",
     "pack_sequences",
     "step_spans",
@@ -210,23 +209,3 @@ def covered(spans: Sequence[Sequence[StepSpan]], width: int, device: Any = "cpu"
         for s in row:
             mask[r, s.start : min(s.end, width)] = True
     return mask
-
-
-def batch_steps(trajectories: Sequence[Trajectory], rl: Any) -> list[list[StepSpan]] | None:
-    """Each episode's per-step samples when a trainer must score by step, else None.
-
-    By step when ``rl.step_samples`` is set or any episode was played under a context other than ``append``
-    (it has ``step_prompts``); the latter needs ``rl.loss_mask`` and ``rl.advantage_mask``.
-
-    Raises:
-        ValueError: Per-step samples with ``rl.loss_mask`` or ``rl.advantage_mask`` false.
-    """
-    viewed = any(t.step_prompts for t in trajectories)
-    if not (viewed or rl.step_samples):
-        return None
-    if not (rl.loss_mask and rl.advantage_mask):
-        raise ValueError(
-            "these episodes were played under a context other than append, so each turn is its own sample, "
-            "which holds no env tokens: rl.loss_mask and rl.advantage_mask must be true"
-        )
-    return [step_spans(t) for t in trajectories]

@@ -1,16 +1,17 @@
 """Our rollout engine as TRL's ``rollout_func`` (:class:`EnvRolloutFunc`), and the env reward.
 
-* :class:`EnvRolloutFunc` is an :class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts`
+* :class:`EnvRolloutFunc` is an :class:`~agent_trainers.rollout.training.EnvRollouts`
   that TRL calls as its ``rollout_func``. TRL hands it the prompts,
   each repeated ``num_generations`` times (group members adjacent); it maps
   each group back to its task, plays the ``G`` episodes of every task
   and returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask``
-  (our ``loss_mask``: env tokens are kept out of the loss) and, per rollout,
-  its ``trajectory``. TRL merges extra fields into each input row, so the
-  trajectories reach the reward function and the trainer's advantage step as
-  data, not shared state;
+  (our ``loss_mask``: env tokens are kept out of the loss), per rollout its
+  ``trajectory``, and for the call its ``staleness`` (steps between the policy that played it and the one
+  trained: 0 unless ``rl.async_rollouts``) and ``rollout_stats`` (dynamic sampling's and the async worker's
+  figures, ``time/rollout``). TRL merges these extra fields into each input row, so they reach the reward
+  function and the trainer's advantage step as data; the rollout function writes nothing into the trainer;
 * :func:`env_reward` is the reward function: the trajectory's total env reward;
-  it also logs the episode metrics through TRL's ``log_metric`` hook.
+  it also logs the episode metrics and the call's figures through TRL's ``log_metric`` hook.
 """
 
 from __future__ import annotations
@@ -21,17 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent_trainers.algorithms.shared.rollouts import EnvRollouts, episode_metrics, grpo_dataset_rows, prompt_key
 from agent_trainers.policies.sampling import TokenPolicy
+from agent_trainers.rollout.training import EnvRollouts, Task, episode_metrics, prompt_key
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["EnvRolloutFunc", "env_reward", "episode_metrics", "grpo_dataset_rows", "prompt_key"]
-"""``episode_metrics``, ``grpo_dataset_rows`` and ``prompt_key`` live in :mod:`..shared.rollouts` (re-exported)."""
+__all__ = ["EnvRolloutFunc", "env_reward"]
 
 
 def env_reward(
     completions: list[Any],
     trajectory: list[Trajectory] | None = None,
+    rollout_stats: list[dict[str, float]] | None = None,
     log_metric: Callable[[str, float], None] | None = None,
     **kwargs: Any,
 ) -> list[float]:
@@ -41,7 +42,9 @@ def env_reward(
         completions: Ignored (the reward comes from the env, not the text).
         trajectory: One :class:`~agent_trainers.rollout.Trajectory` per rollout,
             forwarded by TRL from :class:`EnvRolloutFunc`'s output.
-        log_metric: TRL's metric hook; receives :func:`episode_metrics`.
+        rollout_stats: The rollout call's figures, the same on every row (logged once).
+        log_metric: TRL's metric hook; receives :func:`~agent_trainers.rollout.training.episode_metrics` and
+            ``rollout_stats``.
         **kwargs: Other columns TRL passes; ignored.
 
     Raises:
@@ -51,6 +54,8 @@ def env_reward(
         raise ValueError("env_reward needs the `trajectory` field; use it with EnvRolloutFunc as rollout_func")
     if log_metric is not None:
         for name, value in episode_metrics(trajectory).items():
+            log_metric(name, value)
+        for name, value in (rollout_stats[0] if rollout_stats else {}).items():
             log_metric(name, value)
     return [t.total_reward for t in trajectory]
 
@@ -75,15 +80,15 @@ def _generation_model(trainer: Any) -> contextlib.AbstractContextManager[Any]:
 class EnvRolloutFunc(EnvRollouts):
     """A TRL ``rollout_func`` that plays registered envs with the rollout engine (see the module docstring).
 
-    Its attributes are :class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts`'; ``config.temperature``
+    Its attributes are :class:`~agent_trainers.rollout.training.EnvRollouts`'; ``config.temperature``
     and ``config.top_p`` are taken from the trainer at each call (TRL's loss uses the same temperature). With a
     trainer built with ``use_vllm=True`` the default policy is TRL's vLLM engine
     (:mod:`agent_trainers.algorithms.trl_adapter.trl_vllm`).
     With ``asynchronous`` set (``rl.async_rollouts``) the training calls are played by its worker, ahead of
-    time; the next calls' tasks come from the trainer's ``upcoming_tasks``.
+    time; the next calls' tasks come from the trainer's step schedule (``upcoming_tasks``).
     """
 
-    def _tasks(self, prompts: list[Any], group: int) -> list[tuple[str, int]]:
+    def _tasks(self, prompts: list[Any], group: int) -> list[Task]:
         if len(prompts) % group:
             raise ValueError(f"number of prompts must be divisible by num_generations (got {len(prompts)}, {group})")
         tasks = []
@@ -104,15 +109,15 @@ class EnvRolloutFunc(EnvRollouts):
             return trl_vllm_policy(trainer, self.seed + self.calls)
         return super()._policy(model, tokenizer, trainer)
 
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         """Play ``len(prompts)`` episodes and return them in TRL's format."""
         training = trainer.model.training
         group = trainer.num_generations if training else trainer.num_generations_eval
         tasks = self._tasks(prompts, group)
         config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
-        began = time.perf_counter()
+        began, staleness = time.perf_counter(), 0
         if self.asynchronous is not None and training:
-            trajectories = self._play_async(tasks, group, config, trainer)
+            trajectories, staleness = self._play_async(tasks, group, config, trainer)
         else:
             try:
                 with _generation_model(trainer) as model:
@@ -123,22 +128,20 @@ class EnvRolloutFunc(EnvRollouts):
                 trainer.model.train(training)
         self.calls += 1
         self.last_stats["time/rollout"] = time.perf_counter() - began
-        hook = getattr(trainer, "on_trajectories", None)
-        if hook is not None:  # AgentGRPOTrainer: per-step samples of this batch
-            hook(trajectories)
-        for name, value in self.last_stats.items():  # dynamic sampling's figures, logged with TRL's own
-            trainer._metrics["train" if training else "eval"][name].append(value)
         return {
             "prompt_ids": [list(t.prompt_ids) for t in trajectories],
             "completion_ids": [list(t.completion_ids) for t in trajectories],
             "logprobs": [list(t.logprobs) for t in trajectories],
             "env_mask": [list(t.loss_mask) if self.loss_mask else [1] * len(t.loss_mask) for t in trajectories],
             "trajectory": trajectories,
+            "staleness": staleness,
+            "rollout_stats": dict(self.last_stats),
         }
 
-    def _play_async(self, tasks: list[tuple[str, int]], group: int, config: Any, trainer: Any) -> list[Trajectory]:
-        """This call's episodes from the generation worker (maybe generated steps ago); submits the next calls."""
-        upcoming = trainer.upcoming_tasks(tasks, self.asynchronous.max_staleness)
+    def _play_async(self, tasks: list[Task], group: int, config: Any, trainer: Any) -> tuple[list[Trajectory], int]:
+        """This call's episodes from the generation worker (maybe generated steps ago) and how stale they are;
+        submits the next calls."""
+        upcoming = trainer.upcoming_tasks(self.asynchronous.max_staleness)
         trajectories, self.last_stats = self.asynchronous.rollouts_for(
             self.calls,
             tasks,
@@ -148,5 +151,4 @@ class EnvRolloutFunc(EnvRollouts):
             version=int(trainer.state.global_step),
             upcoming=upcoming,
         )
-        trainer.batch_staleness = int(self.last_stats["async/staleness"])
-        return trajectories
+        return trajectories, int(self.last_stats["async/staleness"])

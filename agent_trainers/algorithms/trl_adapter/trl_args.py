@@ -1,7 +1,7 @@
-"""Our settings as TRL's arguments: :func:`grpo_args` (a ``GRPOConfig`` from :class:`RLConfig`), micro-batches,
-and :data:`TRL_READS`, the settings the TRL trainers read.
+"""Our settings as TRL's arguments: :func:`grpo_args` (a ``GRPOConfig`` from the ``rl:`` section and the
+algorithm's own), and micro-batches.
 
-The mapping from our RL and rollout settings to TRL's ``GRPOConfig`` fields
+The mapping from our RL, algorithm and rollout settings to TRL's ``GRPOConfig`` fields
 is written here once; the pipeline hands the settings over as they are.
 """
 
@@ -9,59 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent_trainers.algorithms.shared.names import ESTIMATOR_TRAITS, GIGPO_HINTS, Algorithm
-from agent_trainers.algorithms.shared.settings import ASYNC_SETTINGS, Reads, ReportTo, RLConfig, VLLMMode, device_args
+from agent_trainers.algorithms.shared.names import ScaleRewards, VLLMMode
+from agent_trainers.algorithms.shared.sections import TRLSettings
+from agent_trainers.algorithms.shared.settings import ReportTo, RLConfig, device_args
 from agent_trainers.policies.device import Device
 from agent_trainers.rollout.config import RolloutConfig
 
 if TYPE_CHECKING:
     from trl import GRPOConfig
 
-__all__ = ["TRL_READS", "grpo_args", "make_grpo_config", "micro_batch_args", "trl_reads", "vllm_args"]
-
-TRL_READS = Reads(
-    "the TRL algorithms",
-    frozenset(
-        {
-            "rl.steps",
-            "rl.num_generations",
-            "rl.prompts_per_step",
-            "rl.micro_batch",
-            "rl.gradient_checkpointing",
-            "rl.learning_rate",
-            "rl.warmup_steps",
-            "rl.beta",
-            "rl.loss_type",
-            "rl.advantage",
-            "rl.gamma",
-            "rl.loss_mask",
-            "rl.step_samples",
-            "rl.save_steps",
-            "rl.vllm",
-            "rl.vllm_server_url",
-            "rl.async_rollouts",
-            *ASYNC_SETTINGS,
-            "report_to",
-        }
-    ),
-    {
-        "rl.advantage_mask": "it switches GAE, which only ppo runs; the others have no per-token values",
-        "rl.scale_rewards": "only grpo and gigpo scale by a standard deviation",
-        "rl.dynamic_sampling": "tied groups carry no signal only for a group baseline: grpo, rloo, "
-        "reinforce_pp_baseline, gigpo",
-        "rl.dynamic_sampling_tries": "it bounds rl.dynamic_sampling, which needs a group baseline",
-        **GIGPO_HINTS,
-    },
-)
-"""What :func:`grpo_args` and :class:`~agent_trainers.algorithms.trl_adapter.grpo.AgentGRPOTrainer` read;
-each estimator adds its own (:attr:`~agent_trainers.algorithms.shared.advantages.Estimator.reads`)."""
-
-
-def trl_reads(algorithm: Algorithm | str) -> Reads:
-    """The settings the TRL trainer reads with ``algorithm``'s estimator."""
-    reads = TRL_READS.settings | ESTIMATOR_TRAITS[str(algorithm)].reads
-    return Reads(str(algorithm), reads, {k: v for k, v in TRL_READS.instead.items() if k not in reads})
-
+__all__ = ["grpo_args", "make_grpo_config", "micro_batch_args", "vllm_args"]
 
 def micro_batch_args(rollouts_per_step: int, micro_batch: int = 1) -> dict[str, int]:
     """``GRPOConfig`` batch fields: ``rollouts_per_step`` rollouts generated at once, trained ``micro_batch`` at a time.
@@ -92,15 +49,16 @@ def micro_batch_args(rollouts_per_step: int, micro_batch: int = 1) -> dict[str, 
     }
 
 
-def vllm_args(rl: RLConfig) -> dict[str, Any]:
-    """``GRPOConfig`` fields for ``rl.vllm`` (nothing for ``none``)."""
-    if rl.vllm is VLLMMode.NONE:
+def vllm_args(settings: TRLSettings) -> dict[str, Any]:
+    """``GRPOConfig`` fields for the section's ``vllm`` (nothing for ``none``)."""
+    if settings.vllm is VLLMMode.NONE:
         return {}
-    return {"use_vllm": True, "vllm_mode": rl.vllm.value, "vllm_server_base_url": rl.vllm_server_url}
+    return {"use_vllm": True, "vllm_mode": settings.vllm.value, "vllm_server_base_url": settings.vllm_server_url}
 
 
 def grpo_args(
     rl: RLConfig,
+    settings: TRLSettings,
     rollout: RolloutConfig,
     *,
     output_dir: str,
@@ -109,10 +67,11 @@ def grpo_args(
     bf16: bool | None = None,
     report_to: ReportTo | str = ReportTo.NONE,
 ) -> GRPOConfig:
-    """The ``GRPOConfig`` of an RL stage: our RL and rollout settings as TRL's fields (one generation per step).
+    """The ``GRPOConfig`` of an RL stage: the ``rl:`` section, the algorithm's section and the rollout settings as
+    TRL's fields (one generation per step).
 
     Raises:
-        ValueError: ``rl.micro_batch`` does not divide the episodes per step (or a bad device / logger).
+        ValueError: The section's ``micro_batch`` does not divide the episodes per step (or a bad device / logger).
     """
     return make_grpo_config(
         device=device,
@@ -120,21 +79,21 @@ def grpo_args(
         report_to=report_to,
         output_dir=output_dir,
         max_steps=rl.steps,
-        **micro_batch_args(rl.episodes_per_step, rl.micro_batch),
-        gradient_checkpointing=rl.gradient_checkpointing,
+        **micro_batch_args(rl.episodes_per_step, settings.micro_batch),
+        gradient_checkpointing=settings.gradient_checkpointing,
         num_generations=rl.num_generations,
         learning_rate=rl.learning_rate,
         warmup_steps=rl.warmup_steps,
         beta=rl.beta,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
-        loss_type=rl.loss_type.value,
-        scale_rewards=rl.scale_rewards.value,
+        loss_type=settings.loss_type.value,
+        scale_rewards=getattr(settings, "scale_rewards", ScaleRewards.GROUP).value,  # TRL's own (replaced) advantages
         save_strategy="steps",
         save_steps=rl.save_steps,
         seed=seed,
         max_completion_length=rollout.max_total_tokens,
-        **vllm_args(rl),
+        **vllm_args(settings),
     )
 
 

@@ -69,7 +69,7 @@ def test_no_block_of_logits_is_kept_for_backward(one_thread):
     assert hidden.grad is not None and hidden.grad.abs().sum() > 0
 
 
-def test_scores_match_the_rollout_sampling_logprobs_under_left_padding(one_thread, smollm2_tokenizer):
+def test_scores_match_the_rollout_behaviour_logprobs_under_left_padding(one_thread, smollm2_tokenizer):
     model, tok = tiny_random_model(smollm2_tokenizer, seed=2)
     policy = TransformersPolicy(model, tok, seed=3)
     gens = policy.generate(PROMPTS, SamplingParams(max_new_tokens=6, temperature=0.7))

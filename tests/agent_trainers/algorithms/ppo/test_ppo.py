@@ -14,7 +14,7 @@ from agent_trainers.algorithms import PPOConfig, RLConfig
 from agent_trainers.algorithms.ppo import PPOTrainer
 from agent_trainers.algorithms.ppo.config import check_ppo_settings
 from agent_trainers.algorithms.ppo.core import masked_gae, masked_whiten
-from agent_trainers.algorithms.shared.tensors import discounted_returns
+from agent_trainers.algorithms.shared.batch import discounted_returns
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig

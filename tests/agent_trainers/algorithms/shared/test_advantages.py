@@ -23,8 +23,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_trainers.algorithms import ESTIMATORS, Algorithm, compute_advantages
-from agent_trainers.algorithms.shared.tensors import reward_batch
+from tests.agent_trainers.conftest import advantages_of
+from agent_trainers.algorithms import ESTIMATORS, Algorithm, GRPOSettings, compute_advantages
+from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.rollout import Trajectory, TurnSpan
 
 Z = 0.0  # padding
@@ -47,11 +48,11 @@ def batch():
         traj([(0, 3, 3)], [1.0], [1, 1, 1]),
         traj([(0, 1, 2), (2, 4, 4)], [0.0, 0.0], [1, 0, 1, 1]),
     ]
-    return reward_batch(rows, group_size=2, length=6)
+    return AgentBatch.from_trajectories(rows, group_size=2, width=6)
 
 
 def adv(batch, algorithm, mode, **kw):
-    return compute_advantages(batch, algorithm, mode=mode, gamma=0.5, **kw)
+    return advantages_of(batch, algorithm, advantage=mode, gamma=0.5, **kw)
 
 
 def rows_of(a, b, c, d):
@@ -68,9 +69,9 @@ def test_grpo_outcome(batch):
 
 def test_grpo_outcome_scaled_by_the_batch_std_or_not_at_all(batch):
     # std of all four returns [0.7, 0.025, 1, 0] = 0.498919 -> 0.3375 / 0.499019 = 0.676346, 0.5 / 0.499019 = 1.001994
-    got = adv(batch, "grpo", "outcome", scale="batch")
+    got = adv(batch, "grpo", "outcome", scale_rewards="batch")
     assert torch.allclose(got[:, 0], torch.tensor([0.676346, -0.676346, 1.001994, -1.001994]), atol=1e-5)
-    got = adv(batch, "grpo", "outcome", scale="none")
+    got = adv(batch, "grpo", "outcome", scale_rewards="none")
     assert torch.allclose(got[:, 0], torch.tensor([0.3375, -0.3375, 0.5, -0.5]), atol=1e-6)
 
 
@@ -87,7 +88,7 @@ def test_grpo_turn_compares_each_turn_with_the_same_turn_of_the_group(batch):
     )
     assert torch.allclose(adv(batch, "grpo", "turn"), expected, atol=1e-5)
     # scale="batch": the std of all eight turn values [0.7, 1, 0.025, 0.25, 0.5, 1, 0, 0] = 0.429898 (+ eps)
-    got = adv(batch, "grpo", "turn", scale="batch")
+    got = adv(batch, "grpo", "turn", scale_rewards="batch")
     assert torch.allclose(got[0, :4], torch.tensor([0.784892, 0.784892, 0.784892, 0.872102]), atol=1e-5)
     assert torch.allclose(got[2, 0], torch.tensor(1.162802), atol=1e-5)
 
@@ -100,10 +101,10 @@ def test_grpo_turn_unscaled_and_a_batch_without_turns(batch):
         [0.5] * 3 + [Z] * 3,
         [-0.5, -0.5, 0.0, 0.0, Z, Z],
     )
-    assert torch.allclose(adv(batch, "grpo", "turn", scale="none"), expected, atol=1e-6)
-    empty = reward_batch([traj([], [], []), traj([], [], [])], group_size=2, length=0)
+    assert torch.allclose(adv(batch, "grpo", "turn", scale_rewards="none"), expected, atol=1e-6)
+    empty = AgentBatch.from_trajectories([traj([], [], []), traj([], [], [])], group_size=2, width=0)
     for scale in ("group", "batch", "none"):
-        assert compute_advantages(empty, "grpo", mode="turn", scale=scale).shape == (2, 0)
+        assert advantages_of(empty, "grpo", advantage="turn", scale_rewards=scale).shape == (2, 0)
 
 
 def test_turn_mode_does_not_judge_the_last_turn_below_average_for_being_last():
@@ -111,9 +112,9 @@ def test_turn_mode_does_not_judge_the_last_turn_below_average_for_being_last():
     # are all alike, so none of them may be pushed down. (Pooling all turns into one baseline gave every
     # answer turn -0.93 (GRPO; RLOO -0.1): the bias that taught the main job's agent to stop answering.)
     rows = [traj([(0, 1, 2), (2, 3, 3)], [0.1, 0.5], [1, 0, 1]) for _ in range(4)]
-    b = reward_batch(rows, group_size=4, length=3)
+    b = AgentBatch.from_trajectories(rows, group_size=4, width=3)
     for name in ("grpo", "rloo", "reinforce_pp_baseline"):
-        got = compute_advantages(b, name, mode="turn")
+        got = advantages_of(b, name, advantage="turn")
         assert torch.allclose(got[b.model_mask], torch.zeros(8)), name  # the search and the answer tokens
 
 
@@ -167,31 +168,33 @@ def test_reinforce_pp_baseline_subtracts_the_group_mean_then_normalises_globally
 def test_kl_penalty_enters_the_reward_of_the_reinforce_family_only():
     # one row: turn 0 = model [0, 2) + env [2, 3), reward 0; turn 1 = model [3, 4), reward 1; KL 0.2 per model token
     # beta 0.5 -> token rewards [-0.1, -0.1, 0, 0.9]; gamma 1 -> G = [0.7, 0.8, 0.9, 0.9]
-    one = reward_batch([traj([(0, 2, 3), (3, 4, 4)], [0.0, 1.0], [1, 1, 0, 1])], group_size=1, length=4)
+    one = AgentBatch.from_trajectories([traj([(0, 2, 3), (3, 4, 4)], [0.0, 1.0], [1, 1, 0, 1])], group_size=1, width=4)
     kl = torch.tensor([[0.2, 0.2, 0.0, 0.2]])
-    got = compute_advantages(one, "reinforce_pp", mode="turn", kl_coef=0.5, kl=kl)
+    got = advantages_of(one, "reinforce_pp", advantage="turn", kl_coef=0.5, kl=kl)
     # model-token returns [0.7, 0.8, 0.9]: mean 0.8, std 0.1 -> (x - 0.8) / 0.1001
     assert torch.allclose(got, torch.tensor([[-0.999001, 0.0, 0.999001, 0.999001]]), atol=1e-5)
-    same = compute_advantages(one, "reinforce_pp", mode="turn")
+    same = advantages_of(one, "reinforce_pp", advantage="turn")
     assert not torch.allclose(got, same)
-    grpo_kl = compute_advantages(one, "grpo", mode="turn", kl_coef=0.5, kl=kl)
-    assert torch.equal(grpo_kl, compute_advantages(one, "grpo", mode="turn"))  # GRPO keeps KL in TRL's loss
+    grpo_kl = advantages_of(one, "grpo", advantage="turn", kl_coef=0.5, kl=kl)
+    assert torch.equal(grpo_kl, advantages_of(one, "grpo", advantage="turn"))  # GRPO keeps KL in TRL's loss
     with pytest.raises(ValueError, match="needs the per-token KL"):
-        compute_advantages(one, "reinforce_pp_baseline", kl_coef=0.5)
+        advantages_of(one, "reinforce_pp_baseline", kl_coef=0.5)
 
 
 def test_single_turn_episodes_make_turn_mode_equal_outcome_mode():
     rows = [traj([(0, 3, 3)], [r], [1, 1, 1]) for r in (1.0, 0.0, 0.5, 0.25)]
-    b = reward_batch(rows, group_size=2, length=3)
+    b = AgentBatch.from_trajectories(rows, group_size=2, width=3)
     for name in ESTIMATORS:
-        assert torch.allclose(compute_advantages(b, name, mode="turn"), compute_advantages(b, name, mode="outcome"))
+        assert torch.allclose(advantages_of(b, name, advantage="turn"), advantages_of(b, name, advantage="outcome"))
 
 
 def test_registry_and_argument_errors(batch):
     assert set(ESTIMATORS) == {a.value for a in Algorithm} - {"ppo"}  # ppo has its own trainer (GAE + critic)
     with pytest.raises(KeyError, match=r"no advantage estimator 'ppo'; registered: \['gigpo', 'grpo', 'reinforce_pp'"):
-        compute_advantages(batch, "ppo")
-    with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
-        compute_advantages(batch, "grpo", gamma=0.0)
+        advantages_of(batch, "ppo")
+    with pytest.raises(ValueError, match=r"gamma\n.*greater than 0"):  # the section refuses it
+        advantages_of(batch, "grpo", gamma=0.0)
+    with pytest.raises(TypeError, match="gigpo reads a GiGPOSettings section \\(got GRPOSettings\\)"):
+        compute_advantages(batch, "gigpo", GRPOSettings())
     with pytest.raises(ValueError, match="rloo needs groups of at least 2"):
-        compute_advantages(reward_batch([traj([(0, 1, 1)], [1.0], [1])], group_size=1, length=1), "rloo")
+        advantages_of(AgentBatch.from_trajectories([traj([(0, 1, 1)], [1.0], [1])], group_size=1, width=1), "rloo")

@@ -71,7 +71,7 @@ def test_alarms_fire_on_tied_groups_and_falling_answers_only():
     first = {"rollout/answered": 0.9, "rollout/format_errors": 0.05}
     assert alarms({"groups/tied": 0.5, "rollout/answered": 0.75, "rollout/format_errors": 0.2}, first) == []
     assert alarms({"groups/tied": 0.625}, first) == [
-        "62% of groups tied (no signal for a group baseline; rl.dynamic_sampling refills them)"
+        "62% of groups tied (no signal for a group baseline; dynamic_sampling: true refills them)"
     ]
     assert alarms({"rollout/answered": 0.6, "rollout/format_errors": 0.3}, first) == [
         "answer rate fell 0.90 -> 0.60 since the first step",

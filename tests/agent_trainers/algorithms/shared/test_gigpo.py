@@ -23,8 +23,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.agent_trainers.conftest import advantages_of
 from agent_trainers.algorithms import compute_advantages
-from agent_trainers.algorithms.shared.tensors import reward_batch, turn_states
+from agent_trainers.algorithms.shared.batch import AgentBatch, turn_states
 from agent_trainers.rollout import Trajectory, TurnSpan
 
 Z = 0.0  # padding
@@ -54,8 +55,8 @@ def per_token(a0, a1, b0, b1, c0, c1):
 
 
 def gigpo(trajectories, *, width, group_size=None, anchor="observation", **kw):
-    batch = reward_batch(trajectories, group_size=group_size or len(trajectories), length=width, anchor=anchor)
-    return compute_advantages(batch, "gigpo", mode="turn", **kw)
+    batch = AgentBatch.from_trajectories(trajectories, group_size=group_size or len(trajectories), width=width, anchor=anchor)
+    return advantages_of(batch, "gigpo", advantage="turn", **kw)
 
 
 # Each case: per-turn advantages (row 0 turn 0, row 0 turn 1, row 1 turn 0, row 1 turn 1, row 2 turn 0, row 2 turn 1).
@@ -77,7 +78,7 @@ CASES = {
 
 @pytest.mark.parametrize(("gamma", "scale", "omega"), sorted(CASES))
 def test_two_rollouts_sharing_a_state_are_compared_there_and_the_third_is_not(group, gamma, scale, omega):
-    got = gigpo(group, width=5, gamma=gamma, scale=scale, step_weight=omega)
+    got = gigpo(group, width=5, gamma=gamma, scale_rewards=scale, step_weight=omega)
     assert torch.allclose(got, per_token(*CASES[gamma, scale, omega]), atol=1e-5)
 
 
@@ -85,7 +86,7 @@ def test_batch_scale_divides_the_step_advantage_by_the_std_of_every_turn_value(g
     # the six turn values [1, 0.5, 0.25 | 1, 0, 0.25] have std 0.418330 (+ eps): turn 0 steps (R - 0.583333) /
     # 0.418430 = [0.995786, -0.199157, -0.796629], turn 1 +-0.5 / 0.418430 = +-1.194943; the episode part is the
     # group's (its one group's std, 0.381881, as for scale group)
-    got = gigpo(group, width=5, gamma=1.0, scale="batch")
+    got = gigpo(group, width=5, gamma=1.0, scale_rewards="batch")
     expected = per_token(
         1.090804 + 0.995786, 1.090804 + 1.194943, -0.218161 - 0.199157, -0.218161 - 1.194943, -1.669272, -0.872643
     )
@@ -128,11 +129,11 @@ def test_observation_and_history_anchors_differ_when_only_the_last_observation_i
 @pytest.mark.parametrize("mode", ["outcome", "turn"])
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_omega_zero_is_grpos_outcome_advantage(group, mode, scale):
-    batch = reward_batch(group, group_size=3, length=5)
-    grpo = compute_advantages(batch, "grpo", mode="outcome", gamma=0.5, scale=scale)
-    got = compute_advantages(batch, "gigpo", mode=mode, gamma=0.5, scale=scale, step_weight=0.0)
+    batch = AgentBatch.from_trajectories(group, group_size=3, width=5)
+    grpo = advantages_of(batch, "grpo", advantage="outcome", gamma=0.5, scale_rewards=scale)
+    got = advantages_of(batch, "gigpo", advantage=mode, gamma=0.5, scale_rewards=scale, step_weight=0.0)
     assert torch.equal(got, grpo)
-    assert not torch.equal(compute_advantages(batch, "gigpo", mode=mode, gamma=0.5, scale=scale), grpo)
+    assert not torch.equal(advantages_of(batch, "gigpo", advantage=mode, gamma=0.5, scale_rewards=scale), grpo)
 
 
 @st.composite
@@ -162,18 +163,18 @@ def distinct_state_batches(draw):
 )
 def test_without_a_repeated_state_gigpo_is_grpos_outcome_advantage(drawn, mode, scale, gamma):
     rows, group_size = drawn
-    batch = reward_batch(rows, group_size=group_size, length=max(len(t.completion_ids) for t in rows))
-    grpo = compute_advantages(batch, "grpo", mode="outcome", gamma=gamma, scale=scale)
-    assert torch.equal(compute_advantages(batch, "gigpo", mode=mode, gamma=gamma, scale=scale, step_weight=0.7), grpo)
+    batch = AgentBatch.from_trajectories(rows, group_size=group_size, width=max(len(t.completion_ids) for t in rows))
+    grpo = advantages_of(batch, "grpo", advantage="outcome", gamma=gamma, scale_rewards=scale)
+    assert torch.equal(advantages_of(batch, "gigpo", advantage=mode, gamma=gamma, scale_rewards=scale, step_weight=0.7), grpo)
 
 
 def test_outcome_mode_values_each_turn_by_its_episode_return(group):
     # gamma 0.5, scale none: turn-1 units are the episode returns of rows 0, 1: [0.5, 0.5], a tie -> A_step 0;
     # turn 0 as in turn mode (its value is the return either way): A = 2 * [1/8, 1/8, -1/4] there
-    got = compute_advantages(reward_batch(group, group_size=3, length=5), "gigpo", gamma=0.5, scale="none")
+    got = advantages_of(AgentBatch.from_trajectories(group, group_size=3, width=5), "gigpo", gamma=0.5, scale_rewards="none")
     assert torch.allclose(got, per_token(0.25, 0.125, 0.25, 0.125, -0.5, -0.25), atol=1e-6)
 
 
 def test_a_negative_step_weight_is_refused(group):
-    with pytest.raises(ValueError, match=r"step_weight must be >= 0 \(got -0.5\)"):
+    with pytest.raises(ValueError, match=r"step_weight\n.*greater than or equal to 0"):
         gigpo(group, width=5, step_weight=-0.5)

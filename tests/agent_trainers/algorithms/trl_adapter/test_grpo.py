@@ -11,14 +11,16 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from agent_gym.core.parsing import make_parser
-from agent_trainers.algorithms import ESTIMATORS, compute_advantages
+from agent_trainers.algorithms import ESTIMATORS
+from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.algorithms.shared.names import ISCorrection
-from agent_trainers.algorithms.shared.tensors import reward_batch
 from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
+from agent_trainers.algorithms.trl_adapter.scoring import MicroBatchPolicy
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.policies import FinishReason, Generation, tiny_random_model
-from agent_trainers.rollout import RolloutConfig
+from agent_trainers.rollout import RolloutConfig, task_rows, task_schedule
+from tests.agent_trainers.conftest import advantages_of
 from tests.conftest import CAPITALS, VARIED_REWARD_RUBRIC, LookupEnv
 
 ENV_ID = "Test/GRPOLookup-v0"
@@ -79,10 +81,10 @@ def make_trainer(
     gamma=1.0,
     env_kwargs=None,
     steps=1,
-    **gigpo,
+    **section,
 ):
     model, tok = tiny_random_model()
-    rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
+    rows = task_rows(ENV_ID, range(len(CAPITALS)))
     fn = EnvRolloutFunc(
         rows,
         env_kwargs=env_kwargs or {},
@@ -96,7 +98,8 @@ def make_trainer(
     )  # fmt: skip
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
-        rollout_func=fn, algorithm=algorithm, advantage=advantage, gamma=gamma, **gigpo,
+        rollout_func=fn, algorithm=algorithm,
+        settings=ESTIMATORS[algorithm].settings(advantage=advantage, gamma=gamma, **section),
     )  # fmt: skip
 
 
@@ -114,7 +117,7 @@ def test_advantages_come_from_the_registry_on_the_trajectories_trl_passed_in(tmp
     trajs = [row["trajectory"] for row in inputs]  # TRL merged the rollout's fields into the rows
     assert [t.task_index for t in trajs] == [0, 0, 1, 1] and all(len(t.turns) == 2 for t in trajs)
     width = out["completion_ids"].shape[1]
-    expected = compute_advantages(reward_batch(trajs, group_size=2, length=width), algorithm, mode="turn")
+    expected = advantages_of(AgentBatch.from_trajectories(trajs, group_size=2, width=width), algorithm, advantage="turn")
     assert out["advantages"].shape == out["completion_ids"].shape
     assert torch.equal(out["advantages"], expected)
     # the correct answerer (even row) beats the wrong one on the answer turn of the same task
@@ -131,7 +134,7 @@ def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path
     inputs = inputs_for(trainer, [0, 1])
     out = trainer._generate_and_score_completions(inputs)
     trajs = [row["trajectory"] for row in inputs]
-    batch = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1])
+    batch = AgentBatch.from_trajectories(trajs, group_size=2, width=out["completion_ids"].shape[1])
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
     attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
     width = out["completion_ids"].shape[1]
@@ -140,13 +143,13 @@ def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path
         logits = trainer.model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
         logp = torch.log_softmax(logits[:, -width - 1 : -1].float(), dim=-1)
         ref = logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
-    kl = (batch.sampling_logprobs - ref) * batch.model_mask  # the scripted policy reports -1 per token
+    kl = (batch.behaviour_logprobs - ref) * batch.model_mask  # the scripted policy reports -1 per token
     assert kl[batch.model_mask].abs().min() > 0.5
-    expected = compute_advantages(batch, algorithm, mode="turn", gamma=0.5, kl_coef=0.1, kl=kl)
+    expected = advantages_of(batch, algorithm, advantage="turn", gamma=0.5, kl_coef=0.1, kl=kl)
     assert torch.allclose(out["advantages"], expected, atol=1e-4)
     for other in (
-        compute_advantages(batch, algorithm, mode="turn", gamma=0.5),  # no KL
-        compute_advantages(batch, algorithm, mode="turn", kl_coef=0.1, kl=kl),  # gamma 1
+        advantages_of(batch, algorithm, advantage="turn", gamma=0.5),  # no KL
+        advantages_of(batch, algorithm, advantage="turn", kl_coef=0.1, kl=kl),  # gamma 1
     ):
         assert not torch.allclose(out["advantages"], other, atol=1e-3)
 
@@ -154,19 +157,19 @@ def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path
 def test_the_gigpo_settings_reach_its_advantages(tmp_path):
     """The step weight and the anchor: the odd rows look the country up in capitals, so before the answer they
     saw their group partner's observation (the env's reply) after another history."""
-    trainer = make_trainer(tmp_path, "gigpo", "turn", shouting, gigpo_step_weight=0.5, gigpo_anchor="history")
+    trainer = make_trainer(tmp_path, "gigpo", "turn", shouting, step_weight=0.5, anchor="history")
     trainer.model.train()
     inputs = inputs_for(trainer, [0, 1])
     out = trainer._generate_and_score_completions(inputs)
     trajs = [row["trajectory"] for row in inputs]
-    observed = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1])
-    history = reward_batch(trajs, group_size=2, length=out["completion_ids"].shape[1], anchor="history")
+    observed = AgentBatch.from_trajectories(trajs, group_size=2, width=out["completion_ids"].shape[1])
+    history = AgentBatch.from_trajectories(trajs, group_size=2, width=out["completion_ids"].shape[1], anchor="history")
     assert observed.turn_states[0][1] == observed.turn_states[1][1]
     assert history.turn_states[0][1] != history.turn_states[1][1]
-    assert torch.equal(out["advantages"], compute_advantages(history, "gigpo", mode="turn", step_weight=0.5))
+    assert torch.equal(out["advantages"], advantages_of(history, "gigpo", advantage="turn", step_weight=0.5))
     for other in (
-        compute_advantages(observed, "gigpo", mode="turn", step_weight=0.5),  # the answer turns compared
-        compute_advantages(history, "gigpo", mode="turn"),  # step weight 1
+        advantages_of(observed, "gigpo", advantage="turn", step_weight=0.5),  # the answer turns compared
+        advantages_of(history, "gigpo", advantage="turn"),  # step weight 1
     ):
         assert not torch.allclose(out["advantages"], other, atol=1e-3)
 
@@ -223,20 +226,21 @@ def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
         assert abs(logged["kl_reward/mean"]) < 1e-4
 
 
-def test_epoch_order_depends_only_on_seed_and_epoch(tmp_path):
-    from agent_trainers.algorithms.trl_adapter.grpo import EpochSeededRepeatSampler
-
-    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
-    sampler = trainer._get_train_sampler()
-    assert isinstance(sampler, EpochSeededRepeatSampler)
-    orders = []
-    for epoch in (0, 1, 0):
-        sampler.set_epoch(epoch)
-        orders.append(list(sampler))
-    assert orders[0] == orders[2] != orders[1] and sorted(orders[0]) == sorted(orders[1])
-    unshuffled = EpochSeededRepeatSampler(range(4), mini_repeat_count=2, shuffle=False, seed=0)
-    unshuffled.set_epoch(3)
-    assert list(unshuffled) == [0, 0, 1, 1, 2, 2, 3, 3]
+def test_the_rows_are_laid_out_in_the_order_the_steps_play_them(tmp_path):
+    """Each step's tasks follow from the seed and the step (one permutation per epoch); TRL's sampler reads the rows
+    in order, so its generation batches are the schedule's steps."""
+    trainer = make_trainer(tmp_path, "grpo", "outcome", scripted, steps=5)  # 4 tasks, 2 a step: 2 steps an epoch
+    tasks = [(ENV_ID, i) for i in range(len(CAPITALS))]
+    assert trainer.task_schedule == task_schedule(tasks, 2, 5, seed=0) and len(CAPITALS) == 4
+    first_epoch = trainer.task_schedule[0] + trainer.task_schedule[1]
+    second_epoch = trainer.task_schedule[2] + trainer.task_schedule[3]
+    assert len(set(first_epoch)) == len(set(second_epoch)) == 4 and first_epoch != second_epoch
+    assert not trainer.args.shuffle_dataset
+    rows = [(r["env_id"], r["task_index"]) for r in trainer.train_dataset]
+    assert rows == [t for step in trainer.task_schedule for t in step]
+    first = next(iter(trainer.get_train_dataloader()))  # a generation batch: each task's group of G rows
+    assert [(r["env_id"], r["task_index"]) for r in first][::2] == trainer.task_schedule[0]
+    assert trainer.upcoming_tasks(2) == trainer.task_schedule[1:3]
 
 
 def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
@@ -251,7 +255,10 @@ def test_contract_and_clear_errors(tmp_path):
     trainer = make_trainer(tmp_path, "grpo", "outcome", scripted)
     rows = trainer.rollout_func.rows
     out = trainer.rollout_func([rows[3]["prompt"]] * 2, trainer)
-    assert set(out) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", "trajectory"}
+    assert set(out) == {
+        "prompt_ids", "completion_ids", "logprobs", "env_mask", "trajectory", "staleness", "rollout_stats"
+    }  # fmt: skip
+    assert out["staleness"] == 0 and "time/rollout" in out["rollout_stats"]
     for ids, mask, lps in zip(out["completion_ids"], out["env_mask"], out["logprobs"], strict=True):
         assert len(ids) == len(mask) == len(lps) and 0 in mask and 1 in mask
     with pytest.raises(ValueError, match="not one group"):
@@ -266,9 +273,9 @@ def test_contract_and_clear_errors(tmp_path):
 
 def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypatch):
     """The trainer's own scoring (LM head on model tokens only) gives TRL's loss, gradients and entropy metric."""
-    import agent_trainers.algorithms.trl_adapter.grpo as grpo
+    import agent_trainers.algorithms.trl_adapter.scoring as scoring
 
-    results, real = [], grpo.shared_prompt_token_logprobs
+    results, real = [], scoring.shared_prompt_token_logprobs
     for ours in (True, False):
         trainer = make_trainer(tmp_path / str(ours), "grpo", "turn", scripted)
         trainer.model.train()
@@ -277,10 +284,10 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
         assert 0 in out["tool_mask"] and 1 in out["tool_mask"]  # env tokens in the completions
         calls: list[torch.Tensor] = []
         monkeypatch.setattr(
-            grpo, "shared_prompt_token_logprobs", lambda *a, c=calls, **k: c.append(a[4]) or real(*a, **k)
+            scoring, "shared_prompt_token_logprobs", lambda *a, c=calls, **k: c.append(a[4]) or real(*a, **k)
         )
-        monkeypatch.setattr(grpo, "supports_scored_logprobs", lambda model, on=ours: on)
-        loss = trainer._compute_loss(trainer.model, out)
+        monkeypatch.setattr(scoring, "supports_scored_logprobs", lambda model, on=ours: on)
+        loss = trainer.compute_loss(trainer.model, out)
         loss.backward()
         assert len(calls) == int(ours)
         if ours:  # only the model's tokens go through the LM head
@@ -296,7 +303,7 @@ def test_loss_scored_on_the_loss_mask_equals_trls_fused_head(tmp_path, monkeypat
             assert len(calls) == 1
             # without a tool mask (no env tokens to leave out) every completion token is scored
             with torch.no_grad():
-                trainer._compute_loss(trainer.model, {k: v for k, v in out.items() if k != "tool_mask"})
+                trainer.compute_loss(trainer.model, {k: v for k, v in out.items() if k != "tool_mask"})
             assert len(calls) == 2 and torch.equal(calls[1], out["completion_mask"])
     (loss_a, grad_a, ent_a), (loss_b, grad_b, ent_b) = results
     assert torch.allclose(loss_a, loss_b, atol=1e-6) and loss_a != 0
@@ -369,10 +376,12 @@ def test_a_stale_batch_s_loss_is_trls_loss_with_importance_weighted_advantages(t
     mask = out["completion_mask"] * out["tool_mask"]
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
     attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-    trainer._scored = mask
+    policy = MicroBatchPolicy(
+        trainer.model, dict(out), temperature=trainer.temperature, own_scoring=True,
+        importance_sampling=ISCorrection.NONE, importance_cap=2.0, log_metric=lambda name, value: None,
+    )  # fmt: skip
     with torch.no_grad():
-        logps, _, _ = trainer._token_logps(trainer.model, ids, attn, out["completion_ids"].shape[1])
-    trainer._scored = None
+        logps = policy(ids, attn).log_probs
     shift = 0.3 * ((torch.arange(logps.shape[1]) % 3) - 1).float().expand_as(logps) * mask  # log-ratios
     if mode == "sequence_mask":  # one row's sequence ratio within [1/1.5, 1.5], the others' outside
         shift = torch.zeros_like(logps)
@@ -388,7 +397,7 @@ def test_a_stale_batch_s_loss_is_trls_loss_with_importance_weighted_advantages(t
     losses, grads = [], []
     for inputs in (stale, dict(out, advantages=out["advantages"] * w), out):
         trainer.model.zero_grad()
-        loss = trainer._compute_loss(trainer.model, inputs)
+        loss = trainer.compute_loss(trainer.model, inputs)
         loss.backward()
         losses.append(float(loss))
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))

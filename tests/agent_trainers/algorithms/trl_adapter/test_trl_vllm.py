@@ -85,7 +85,7 @@ def make_trainer(tmp_path, tokens=8):
     )  # fmt: skip
 
 
-def test_a_grpo_step_on_a_fake_colocated_engine_has_exact_sampling_logprobs(tmp_path, one_thread, monkeypatch):
+def test_a_grpo_step_on_a_fake_colocated_engine_has_exact_behaviour_logprobs(tmp_path, one_thread, monkeypatch):
     import trl.generation.vllm_client  # noqa: F401  (imported before vllm is faked)
 
     from tests.agent_trainers.policies.vllm_fakes import fake_vllm_module

@@ -1,7 +1,9 @@
-"""The training tasks' episodes, played by the rollout engine: :class:`EnvRollouts`, and per-episode metrics.
+"""The training tasks and their episodes: rows, the order steps play them in, :class:`EnvRollouts`, metrics.
 
-* :func:`grpo_dataset_rows` makes one row per task: the env's own opening
+* :func:`task_rows` makes one row per task: the env's own opening
   messages as ``prompt`` plus ``task_index`` and ``env_id`` (the rows of every trainer);
+* :func:`task_schedule` - which tasks each RL step plays: slices of one seeded permutation per epoch (the same
+  for every trainer, so a run resumed in any epoch plays what one that never stopped plays);
 * :class:`EnvRollouts` plays ``G`` episodes of each of a step's tasks with
   :func:`agent_trainers.rollout.rollout`, with seeds derived from its call
   counter, which is saved in each checkpoint and restored on resume
@@ -19,7 +21,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
 
@@ -30,7 +32,12 @@ from agent_trainers.rollout.config import RolloutConfig
 from agent_trainers.rollout.engine import rollout
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["EnvRollouts", "episode_metrics", "grpo_dataset_rows", "prompt_key", "returns_tie"]
+__all__ = ["EnvRollouts", "Task", "episode_metrics", "prompt_key", "returns_tie", "task_rows", "task_schedule"]
+
+Task = tuple[str, int]
+"""A task: ``(env_id, task_index)``."""
+
+_T = TypeVar("_T")
 
 
 REFILL_FACTOR = 2
@@ -48,7 +55,7 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
-def grpo_dataset_rows(
+def task_rows(
     env_id: str, task_indices: Sequence[int], *, env_kwargs: Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """One dataset row per task: the env's opening messages and the task index.
@@ -66,6 +73,36 @@ def grpo_dataset_rows(
     finally:
         env.close()
     return rows
+
+
+def task_schedule(tasks: Sequence[_T], per_step: int, steps: int, seed: int) -> list[list[_T]]:
+    """The tasks (or any items) of each of ``steps`` RL steps: consecutive slices of ``per_step`` of a seeded
+    permutation of ``tasks``, a new permutation each epoch; an epoch's last slice shorter than ``per_step`` is
+    left out.
+
+    Epoch ``e``'s permutation is ``torch.randperm(len(tasks))`` from a generator seeded with
+    ``seed * 1_000_003 + e``, so any step's tasks follow from ``(seed, step)`` alone (TRL's ``RepeatSampler``
+    reseeded per epoch draws the same order).
+
+    Raises:
+        ValueError: Fewer tasks than ``per_step``.
+
+    Example:
+        >>> [len(s) for s in task_schedule([("E", i) for i in range(5)], 2, 3, seed=0)]
+        [2, 2, 2]
+    """
+    import torch
+
+    if per_step < 1 or len(tasks) < per_step:
+        raise ValueError(f"a step plays {per_step} tasks, more than the {len(tasks)} training tasks")
+    out: list[list[_T]] = []
+    epoch = 0
+    while len(out) < steps:
+        order = torch.randperm(len(tasks), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+        picks = [tasks[int(i)] for i in order]
+        out += [picks[s : s + per_step] for s in range(0, len(picks) - per_step + 1, per_step)]
+        epoch += 1
+    return out[:steps]
 
 
 def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -135,7 +172,7 @@ class EnvRollouts:
             ``asynchronous`` the call's ``async/*`` figures, and (set by the trainers) ``time/rollout``: the
             seconds the trainer spent in the call (generating, or waiting for the generation worker).
         asynchronous: With ``rl.async_rollouts``, the
-            :class:`~agent_trainers.algorithms.shared.generation_worker.AsyncRollouts` whose worker plays the
+            :class:`~agent_trainers.rollout.async_worker.AsyncRollouts` whose worker plays the
             training calls ahead of time (its pending results go into each checkpoint); None: played in the trainer.
     """
 
@@ -152,7 +189,7 @@ class EnvRollouts:
     calls: int = 0
     last_stats: dict[str, float] = field(default_factory=dict, repr=False)
     asynchronous: Any = field(default=None, repr=False, compare=False)
-    _index: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
+    _index: dict[str, Task] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -176,7 +213,7 @@ class EnvRollouts:
         )
 
     def play(
-        self, tasks: list[tuple[str, int]], group: int, policy: TokenPolicy, config: RolloutConfig
+        self, tasks: list[Task], group: int, policy: TokenPolicy, config: RolloutConfig
     ) -> list[Trajectory]:
         """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given (refilled when
         ``dynamic_sampling`` is on)."""
@@ -188,7 +225,7 @@ class EnvRollouts:
 
     def refill(
         self,
-        tasks: list[tuple[str, int]],
+        tasks: list[Task],
         trajectories: list[Trajectory],
         group: int,
         policy: TokenPolicy,
@@ -238,7 +275,7 @@ class EnvRollouts:
         return out
 
     def _play_tasks(
-        self, tasks: list[tuple[str, int]], group: int, policy: TokenPolicy, config: RolloutConfig, seed: int
+        self, tasks: list[Task], group: int, policy: TokenPolicy, config: RolloutConfig, seed: int
     ) -> list[Trajectory]:
         trajectories: list[Trajectory] = []
         for env_id in dict.fromkeys(e for e, _ in tasks):
@@ -257,7 +294,7 @@ class EnvRollouts:
             trajectories.sort(key=lambda t: order[(t.env_id, t.task_index)])
         return trajectories
 
-    def play_step(self, tasks: list[tuple[str, int]], group: int, model: Any, tokenizer: Any) -> list[Trajectory]:
+    def play_step(self, tasks: list[Task], group: int, model: Any, tokenizer: Any) -> list[Trajectory]:
         """One rollout call outside TRL (PPO): play ``tasks`` with ``model`` (in eval mode), then count the call."""
         trajectories = self.play(tasks, group, self._policy(model, tokenizer), self.config)
         self.calls += 1

@@ -1,7 +1,7 @@
 """Rollouts generated while the trainer trains: a generation worker process and :class:`AsyncRollouts`.
 
 With ``rl.async_rollouts`` the episodes of step ``t + 1`` are played while step ``t`` trains, by a separate
-process that holds its own copy of the policy (``rl.generation_threads`` torch threads; the trainer keeps
+process that holds its own copy of the policy (``generation_threads`` torch threads; the trainer keeps
 ``threads``), on the trainer's device. Weights travel through one shared copy of the state dict: in shared
 memory on a CPU; on a GPU a second copy on the same GPU, which the worker maps through CUDA IPC (torch's
 ``multiprocessing`` hands CUDA tensors over without a host round trip), so a weight sync is two device-to-device
@@ -15,25 +15,25 @@ copies:
   So which weights generate which batch never depends on timing: a run is as reproducible as a synchronous one.
 
 At the rollout call of step ``t`` the trainer publishes ``v = t``, submits the jobs of the next
-``rl.max_staleness`` calls (tagged ``t``), then takes call ``t``'s result (tagged ``t - max_staleness`` once the
+``max_staleness`` calls (tagged ``t``), then takes call ``t``'s result (tagged ``t - max_staleness`` once the
 pipeline is full: that is its *staleness*). ``max_staleness: 0`` submits nothing ahead: each call is generated
 with the current weights, in the worker, and the run equals the synchronous one. The tasks of later calls come
 from the trainer (``upcoming``); a job whose tasks turn out not to be the call's (a different order after a
 resume, say) is dropped and the call generated afresh (``async/mispredicted``).
 
-Faults: a worker that exits, raises or sends nothing for ``rl.generation_timeout`` seconds is a
+Faults: a worker that exits, raises or sends nothing for ``generation_timeout`` seconds is a
 :class:`GenerationWorkerError` naming what happened; the worker is stopped, nothing of the step is saved (the last
 checkpoint stays as it was) and ``--resume`` continues from it. For an exact resume a checkpoint also holds
 the results of the jobs in flight (:meth:`AsyncRollouts.save`, waited for): the resumed run trains on the
 same stale batches as one that never stopped.
 
 The process's own side (the job and result types, its main loop) is
-:mod:`~agent_trainers.algorithms.shared.generation_process`.
+:mod:`~agent_trainers.rollout.async_process`.
 
-What was reused from TRL 1.16: the importance-sampling modes and their names (see :mod:`.offpolicy`). Not
+What was reused from TRL 1.16: the importance-sampling modes and their names (see :mod:`agent_trainers.algorithms.shared.offpolicy`). Not
 reused: ``trl.experimental.async_grpo`` (its rollout worker drives a vLLM server over HTTP and syncs weights
 with NCCL, and it generates single-turn completions, not our env episodes). The worker generates with
-``transformers`` (our rollout engine); overlapping vLLM generation (``rl.vllm``) is not implemented.
+``transformers`` (our rollout engine); overlapping vLLM generation (a section's ``vllm``) is not implemented.
 """
 
 from __future__ import annotations
@@ -49,17 +49,16 @@ from typing import Any
 
 import torch
 
-from agent_trainers.algorithms.shared.generation_process import (
+from agent_trainers.errors import GenerationWorkerError
+from agent_trainers.rollout.async_process import (
     GenerationJob,
     GenerationResult,
-    Task,
     model_device,
     synchronize,
     worker_main,
 )
-from agent_trainers.algorithms.shared.rollouts import EnvRollouts
-from agent_trainers.errors import GenerationWorkerError
 from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.training import EnvRollouts, Task
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["ASYNC_PENDING", "AsyncRollouts", "GenerationJob", "GenerationResult", "GenerationWorkerError"]
@@ -92,15 +91,15 @@ class AsyncRollouts:
 
     Args:
         rollouts: The trainer's rollout player; the worker gets a plain
-            :class:`~agent_trainers.algorithms.shared.rollouts.EnvRollouts` copy of its fields (its
+            :class:`~agent_trainers.rollout.training.EnvRollouts` copy of its fields (its
             ``policy_factory``, if any, must pickle).
         model: The policy being trained (its config, dtype and weights are copied).
         tokenizer: Its tokenizer.
-        max_staleness: Calls generated ahead (``rl.max_staleness``): 0 generates each call with the current
-            weights.
-        threads: torch threads of the worker (``rl.generation_threads``).
+        max_staleness: Calls generated ahead (``rl.async_rollouts.max_staleness``): 0 generates each call with the
+            current weights.
+        threads: torch threads of the worker (``rl.async_rollouts.generation_threads``).
         timeout: Seconds without word from the worker before :class:`GenerationWorkerError`
-            (``rl.generation_timeout``).
+            (``rl.async_rollouts.generation_timeout``).
 
     Example:
         >>> pool = AsyncRollouts(rollouts, model, tokenizer, max_staleness=1)  # doctest: +SKIP
@@ -148,18 +147,6 @@ class AsyncRollouts:
         self._jobs_made = 0
         self._submitted: dict[int, _Submitted] = {}  # by job number
         self._done: dict[int, GenerationResult] = {}
-
-    @classmethod
-    def from_settings(cls, rollouts: EnvRollouts, model: torch.nn.Module, tokenizer: Any, rl: Any) -> AsyncRollouts:
-        """One built from the ``rl:`` settings (:class:`~agent_trainers.algorithms.shared.settings.RLConfig`)."""
-        return cls(
-            rollouts,
-            model,
-            tokenizer,
-            max_staleness=rl.max_staleness,
-            threads=rl.generation_threads,
-            timeout=rl.generation_timeout,
-        )
 
     # ------------------------------------------------------------------ the process
     def start(self) -> None:
@@ -342,7 +329,7 @@ class AsyncRollouts:
                     self.close(kill=True)
                     raise GenerationWorkerError(
                         f"the generation worker sent nothing for {self.timeout:.0f} s while the trainer waited {what} "
-                        "(rl.generation_timeout); it was stopped. Nothing of this step was saved: the last "
+                        "(rl.async_rollouts.generation_timeout); it was stopped. Nothing of this step was saved: the last "
                         "checkpoint is intact (--resume continues from it)"
                     ) from None
                 continue

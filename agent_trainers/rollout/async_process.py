@@ -1,6 +1,6 @@
 """The generation worker's process side (``rl.async_rollouts``): what a job and its result hold, and the
 process's main loop, which builds the policy on the trainer's device and plays each job with the weights of the
-version it names. The trainer's side is :class:`~agent_trainers.algorithms.shared.generation_worker.AsyncRollouts`.
+version it names. The trainer's side is :class:`~agent_trainers.rollout.async_worker.AsyncRollouts`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from typing import Any
 
 import torch
 
-from agent_trainers.algorithms.shared.rollouts import EnvRollouts
+from agent_trainers.rollout.training import EnvRollouts, Task
 from agent_trainers.rollout.config import RolloutConfig
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["GenerationJob", "GenerationResult", "Task", "worker_main"]
 
-Task = tuple[str, int]
 
 
 @dataclass(frozen=True)
