@@ -23,9 +23,11 @@ Task order: the training rows are laid out in the order the steps play them
 reads them in order, so any step's tasks follow from the seed and the step alone (a run resumed in epoch 2 plays
 what one that never stopped plays, and the asynchronous rollouts know the next steps' tasks ahead).
 
-A step whose every advantage is 0 (every group tied) and that has no KL term moves no weight: its gradient is
-exactly 0 and :class:`DropSignalFreeUpdates` drops it before Adam steps (left in, Adam's first moment would still
-move every weight by about the learning rate); ``update/skipped`` logs it.
+A step whose every advantage is 0 (every group tied) and whose loss has no KL term moves no weight: its gradient
+is exactly 0, and ``training_step`` (``transformers.Trainer``'s public seam) drops it after the step's last
+backward pass, so Adam skips every parameter (left in, Adam's first moment would still move every weight by about
+the learning rate); ``update/skipped`` logs it. It reads only the gradients, which gradient accumulation and DDP
+have made whole by then (the same on every process).
 
 KL: for ``grpo`` and ``gigpo``, ``rl.beta`` is TRL's KL term in the loss; TRL builds the reference from a snapshot
 of the policy as the stage starts (:mod:`~agent_trainers.algorithms.shared.reference`). For the REINFORCE family,
@@ -54,7 +56,7 @@ import warnings
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, TrainerCallback
+from transformers import PreTrainedModel
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
@@ -68,7 +70,7 @@ from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
 from agent_trainers.algorithms.trl_adapter.scoring import MicroBatchPolicy, step_logprobs
 from agent_trainers.rollout.training import Task, task_schedule
 
-__all__ = ["AgentGRPOTrainer", "DropSignalFreeUpdates", "check_groups_stay_local"]
+__all__ = ["AgentGRPOTrainer", "check_groups_stay_local"]
 
 
 def check_groups_stay_local(args: Any) -> None:
@@ -97,23 +99,6 @@ def _warn_batch_statistics(algorithm: Algorithm, settings: TRLSettings, args: An
             "(not the global batch); group baselines are unaffected",
             stacklevel=3,
         )
-
-
-class DropSignalFreeUpdates(TrainerCallback):
-    """Drops the gradient of an optimizer step that carries no signal, so Adam skips every parameter.
-
-    With every advantage 0 (every group tied) and no KL in the loss, the gradient is exactly 0; Adam would still
-    move each weight by its first moment (about the learning rate per step for ~10 steps after the last real
-    update: measured, the answer rate stayed at 0 after it fell). Reads only the gradients, which gradient
-    accumulation and DDP have made whole by then (the same on every process). A step whose gradients cannot be
-    seen (DeepSpeed keeps its own) is left alone.
-    """
-
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        grads = [p.grad for p in model.parameters() if p.grad is not None] if model is not None else []
-        if grads and not any(bool(g.any()) for g in grads):
-            for p in model.parameters():
-                p.grad = None
 
 
 class AgentGRPOTrainer(GRPOTrainer):
@@ -195,11 +180,14 @@ class AgentGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
             self.kl_reference = self.accelerator.prepare_model(reference, evaluation_mode=True)
         self.add_callback(RolloutStateCallback(self.rollout_func))
-        self.add_callback(DropSignalFreeUpdates())
 
-    def upcoming_tasks(self, count: int) -> list[list[Task]]:
-        """The tasks of the (at most ``count``) steps after the current one (:attr:`task_schedule`)."""
+    def upcoming_tasks(self, tasks: list[Task], count: int) -> list[list[Task]]:
+        """The tasks of the (at most ``count``) steps after the current one (:attr:`task_schedule`), when the current
+        call plays this step's scheduled ``tasks``; else none (the asynchronous rollouts then generate the next
+        call when it comes)."""
         step = int(self.state.global_step)
+        if step >= len(self.task_schedule) or list(tasks) != self.task_schedule[step]:
+            return []
         return self.task_schedule[step + 1 : step + 1 + max(count, 0)]
 
     def compute_loss(
@@ -218,6 +206,27 @@ class AgentGRPOTrainer(GRPOTrainer):
             log_metric=lambda name, value: self._metrics[mode][name].append(value),
         )
         return super().compute_loss(policy, inputs, return_outputs, num_items_in_batch)
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """TRL's step; after the last micro-batch of an optimizer step, an update that carries no signal is dropped
+        (the module docstring)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.model.training and self.accelerator.sync_gradients:
+            self._drop_signal_free_update()
+        return loss
+
+    def _drop_signal_free_update(self) -> None:
+        """Set every gradient to None when the loss has no KL term and every gradient is exactly 0 (all advantages
+        0: every group tied), so Adam skips every parameter; log ``update/skipped`` (1 dropped, 0 taken). Nothing is
+        logged where the gradients cannot be seen (DeepSpeed keeps its own)."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        skip = not self.beta and not any(bool(g.any()) for g in grads)
+        if skip:
+            for p in self.model.parameters():
+                p.grad = None
+        self._metrics["train"]["update/skipped"].append(1.0 if skip else 0.0)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
@@ -238,7 +247,6 @@ class AgentGRPOTrainer(GRPOTrainer):
             output["ref_per_token_logps"] = self._reference_logps(self.ref_model, output, batch)
         kl = self._token_kl(output, batch) if self.kl_coef else None
         batch.advantages = compute_advantages(batch, self.algorithm, self.settings, kl_coef=self.kl_coef, kl=kl)
-        self._log_update_signal(batch.advantages)
         output["advantages"] = batch.advantages
         if batch.steps is not None:
             output["step_spans"] = batch.steps  # a list: TRL shuffles and splits it with the tensors
@@ -246,15 +254,6 @@ class AgentGRPOTrainer(GRPOTrainer):
             rows = completion_ids.shape[0]
             output["stale_rows"] = torch.ones(rows, dtype=torch.bool, device=completion_ids.device)
         return output
-
-    def _log_update_signal(self, advantages: torch.Tensor) -> None:
-        """``update/skipped``: 1 when no micro-batch of the step can move a weight (all advantages 0, no KL term:
-        :class:`DropSignalFreeUpdates` then drops its zero gradient), else 0."""
-        signal = bool(self.beta) or (advantages.numel() > 0 and bool(advantages.abs().max() > 0))
-        if self.accelerator.num_processes > 1:  # the gradients are all-reduced: a signal anywhere is one everywhere
-            flag = torch.tensor([1.0 if signal else 0.0], device=self.accelerator.device)
-            signal = bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
-        self._metrics["train"]["update/skipped"].append(0.0 if signal else 1.0)
 
     @torch.no_grad()
     def _reference_logps(self, reference: Any, output: dict[str, Any], batch: AgentBatch) -> torch.Tensor:

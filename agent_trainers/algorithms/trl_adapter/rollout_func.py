@@ -141,7 +141,7 @@ class EnvRolloutFunc(EnvRollouts):
     def _play_async(self, tasks: list[Task], group: int, config: Any, trainer: Any) -> tuple[list[Trajectory], int]:
         """This call's episodes from the generation worker (maybe generated steps ago) and how stale they are;
         submits the next calls."""
-        upcoming = trainer.upcoming_tasks(self.asynchronous.max_staleness)
+        upcoming = trainer.upcoming_tasks(tasks, self.asynchronous.max_staleness)
         trajectories, self.last_stats = self.asynchronous.rollouts_for(
             self.calls,
             tasks,

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from agent_trainers.algorithms.shared.generation_worker import ASYNC_PENDING, AsyncRollouts, GenerationWorkerError
-from agent_trainers.algorithms.shared.rollouts import EnvRollouts, grpo_dataset_rows
+from agent_trainers.rollout.async_worker import ASYNC_PENDING, AsyncRollouts, GenerationWorkerError
+from agent_trainers.rollout.training import EnvRollouts, task_rows
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ENV_ID, ScriptedLookup
@@ -43,7 +43,7 @@ CONFIG = RolloutConfig(max_new_tokens_per_turn=24, max_total_tokens=1024, temper
 
 
 def rollouts(factory=None, **kw):
-    rows = grpo_dataset_rows(ENV_ID, range(4))
+    rows = task_rows(ENV_ID, range(4))
     return EnvRollouts(rows, config=CONFIG, policy_factory=factory, seed=3, **kw)
 
 

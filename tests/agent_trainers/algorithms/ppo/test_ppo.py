@@ -4,18 +4,19 @@ direction, gradient accumulation, the task schedule and a real step with a real 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 
 import pytest
 import torch
 
 from agent_trainers.algorithms import PPOConfig, RLConfig
+from agent_trainers.algorithms.shared.settings import AsyncSettings
 from agent_trainers.algorithms.ppo import PPOTrainer
 from agent_trainers.algorithms.ppo.config import check_ppo_settings
 from agent_trainers.algorithms.ppo.core import masked_gae, masked_whiten
 from agent_trainers.algorithms.shared.batch import discounted_returns
-from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
+from agent_trainers.rollout.training import task_rows, task_schedule
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig
 from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ENV_ID, scripted
@@ -24,7 +25,7 @@ from tests.conftest import CAPITALS
 
 def make_trainer(tmp_path, factory=scripted, **overrides):
     model, tok = tiny_random_model(seed=0)
-    rows = grpo_dataset_rows(ENV_ID, range(len(CAPITALS)))
+    rows = task_rows(ENV_ID, range(len(CAPITALS)))
     rollout = EnvRolloutFunc(
         rows, config=RolloutConfig(max_new_tokens_per_turn=8, max_total_tokens=1024), policy_factory=factory
     )
@@ -34,8 +35,12 @@ def make_trainer(tmp_path, factory=scripted, **overrides):
 def settings(**overrides):
     """The shared RL settings and PPO's own, from one set of keywords (``beta`` is the KL coefficient)."""
     shared = {"steps": 2, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-3}
-    fields = {f.name for f in dataclasses.fields(PPOConfig)}
-    rl = shared | {k: v for k, v in overrides.items() if k not in fields}
+    fields, later = set(PPOConfig.model_fields), set(AsyncSettings.model_fields)
+    rl = shared | {k: v for k, v in overrides.items() if k not in fields | later}
+    if "async_rollouts" in overrides:
+        rl["async_rollouts"] = {"enabled": overrides["async_rollouts"]} | {
+            k: v for k, v in overrides.items() if k in later - {"enabled"}
+        }
     return RLConfig(**rl), PPOConfig(**{k: v for k, v in overrides.items() if k in fields})
 
 
@@ -51,9 +56,9 @@ def episodes(tmp_path_factory):
 
 def test_default_switches_mask_env_tokens_out_of_gae_loss_and_whitening(tmp_path, one_thread, episodes):
     batch = make_trainer(tmp_path).prepare(episodes)
-    agent, valid = batch.rewards.model_mask, batch.rewards.valid
+    agent, valid = batch.model_mask, batch.valid
     env = valid & ~agent
-    assert env.any() and torch.equal(batch.policy_mask, agent) and torch.equal(batch.gae_mask, agent)
+    assert env.any() and torch.equal(batch.policy_mask, agent) and torch.equal(batch.advantage_mask, agent)
     adv = batch.advantages
     assert abs(float(adv[agent].mean())) < 1e-5 and abs(float(adv[agent].std()) - 1.0) < 1e-4  # whitened over agent
     assert not adv[~agent].any() and not batch.returns[~agent].any()
@@ -64,9 +69,9 @@ def test_advantages_are_gae_of_the_turn_rewards(tmp_path, one_thread, episodes):
     """Values start at 0 (zero-initialised head), so with gamma = lam = 1 each agent token's advantage is its
     turn's return-to-go; the right answerer's look-up turn beats the wrong one's."""
     batch = make_trainer(tmp_path, norm_adv=False).prepare(episodes)
-    agent = batch.rewards.model_mask
-    to_go = discounted_returns(batch.rewards.token_rewards, batch.rewards.turn_index, 1.0)
-    assert torch.equal(batch.old_values, torch.zeros_like(batch.old_values))
+    agent = batch.model_mask
+    to_go = discounted_returns(batch.token_rewards, batch.turn_index, 1.0)
+    assert torch.equal(batch.values, torch.zeros_like(batch.values))
     assert torch.allclose(batch.advantages[agent], to_go[agent])
     first = [t.turns[0].start for t in episodes]
     assert batch.advantages[0, first[0]] - batch.advantages[1, first[1]] == pytest.approx(1.0)  # the answer's EM
@@ -75,9 +80,9 @@ def test_advantages_are_gae_of_the_turn_rewards(tmp_path, one_thread, episodes):
 def test_loss_mask_off_puts_env_tokens_into_the_policy_loss_and_nothing_else(tmp_path, one_thread, episodes):
     on = make_trainer(tmp_path / "on", norm_adv=False).prepare(episodes)
     off = make_trainer(tmp_path / "off", norm_adv=False, loss_mask=False).prepare(episodes)
-    agent, valid = on.rewards.model_mask, on.rewards.valid
+    agent, valid = on.model_mask, on.valid
     env = valid & ~agent
-    assert torch.equal(off.policy_mask, valid) and torch.equal(off.gae_mask, agent)
+    assert torch.equal(off.policy_mask, valid) and torch.equal(off.advantage_mask, agent)
     assert torch.equal(off.returns, on.returns) and torch.equal(off.advantages[agent], on.advantages[agent])
     assert (off.old_logprobs[env] < 0).all() and off.advantages[env].any()  # scored, and judged by what follows
     whitened = make_trainer(tmp_path / "w", loss_mask=False).prepare(episodes).advantages
@@ -88,9 +93,9 @@ def test_loss_mask_off_puts_env_tokens_into_the_policy_loss_and_nothing_else(tmp
 def test_advantage_mask_off_runs_gae_over_every_token(tmp_path, one_thread, episodes, gamma, lam):
     on = make_trainer(tmp_path / "on", norm_adv=False, gamma=gamma, lam=lam).prepare(episodes)
     off = make_trainer(tmp_path / "off", norm_adv=False, gamma=gamma, lam=lam, advantage_mask=False).prepare(episodes)
-    agent, valid = on.rewards.model_mask, on.rewards.valid
-    assert torch.equal(off.gae_mask, valid) and torch.equal(off.policy_mask, agent)
-    expected, returns = masked_gae(off.rewards.token_rewards, off.old_values, valid, gamma=gamma, lam=lam)
+    agent, valid = on.model_mask, on.valid
+    assert torch.equal(off.advantage_mask, valid) and torch.equal(off.policy_mask, agent)
+    expected, returns = masked_gae(off.token_rewards, off.values, valid, gamma=gamma, lam=lam)
     assert torch.allclose(off.advantages, expected * agent) and torch.allclose(off.returns, returns)
     assert off.returns[valid & ~agent].any() and not on.returns[valid & ~agent].any()  # env tokens become targets
     same = torch.allclose(off.advantages[agent], on.advantages[agent], atol=1e-6)
@@ -106,8 +111,8 @@ def test_one_update_raises_advantaged_tokens_and_fits_the_critic(tmp_path, one_t
     agent = batch.policy_mask
     change = (after.old_logprobs - batch.old_logprobs)[agent]
     assert float((batch.advantages[agent] * change).sum()) > 0  # positive-advantage tokens became likelier
-    before_err = ((batch.old_values - batch.returns)[agent] ** 2).mean()
-    after_err = ((after.old_values - batch.returns)[agent] ** 2).mean()
+    before_err = ((batch.values - batch.returns)[agent] ** 2).mean()
+    after_err = ((after.values - batch.returns)[agent] ** 2).mean()
     assert after_err < before_err and not torch.equal(head, trainer.agent.value_head.weight)
     assert stats["policy_loss"] and stats["value_loss"][0] > 0 and stats["clipfrac"] == [0.0]  # first pass: ratio 1
 
@@ -138,11 +143,11 @@ def test_kl_goes_into_the_reward_or_into_the_loss(tmp_path, one_thread, episodes
         with torch.no_grad():
             trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
         batch = trainer.prepare(episodes)
-        agent = batch.rewards.model_mask
+        agent = batch.model_mask
         kl = (batch.old_logprobs - batch.ref_logprobs) * agent
         assert kl.abs().sum() > 0 and not batch.ref_logprobs[~agent].any()
-        rewards = batch.rewards.token_rewards - (0.5 * kl if placement == "reward" else 0.0)
-        expected, _ = masked_gae(rewards, batch.old_values, agent, gamma=1.0, lam=1.0)
+        rewards = batch.token_rewards - (0.5 * kl if placement == "reward" else 0.0)
+        expected, _ = masked_gae(rewards, batch.values, agent, gamma=1.0, lam=1.0)
         assert torch.allclose(batch.advantages, expected * agent, atol=1e-5)
         stats = trainer.update(batch)
         assert ("kl_loss" in stats) == (placement == "loss")
@@ -151,17 +156,18 @@ def test_kl_goes_into_the_reward_or_into_the_loss(tmp_path, one_thread, episodes
     with torch.no_grad():
         trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
     batch = trainer.prepare(episodes)
-    agent, valid = batch.rewards.model_mask, batch.rewards.valid
+    agent, valid = batch.model_mask, batch.valid
     kl = (batch.old_logprobs - batch.ref_logprobs) * agent
-    expected, _ = masked_gae(batch.rewards.token_rewards - 0.5 * kl, batch.old_values, valid, gamma=1.0, lam=1.0)
+    expected, _ = masked_gae(batch.token_rewards - 0.5 * kl, batch.values, valid, gamma=1.0, lam=1.0)
     assert torch.isfinite(batch.advantages).all() and torch.allclose(batch.advantages, expected * valid, atol=1e-5)
 
 
-def test_task_schedule_visits_every_task_once_per_epoch(tmp_path):
-    trainer = make_trainer(tmp_path, prompts_per_step=3)
-    seen = [t for step in range(4) for t in trainer._tasks_of_step(step)]  # 12 picks = 3 epochs of 4 tasks
-    assert [sorted(i for _, i in seen[k : k + 4]) for k in (0, 4, 8)] == [[0, 1, 2, 3]] * 3
-    assert trainer._tasks_of_step(2) == make_trainer(tmp_path / "again", prompts_per_step=3)._tasks_of_step(2)
+def test_ppo_plays_the_task_schedule_every_trainer_plays(tmp_path):
+    trainer = make_trainer(tmp_path, prompts_per_step=2, steps=4)  # 4 tasks, 2 a step: 2 steps an epoch
+    tasks = [(ENV_ID, i) for i in range(len(CAPITALS))]
+    assert [trainer._tasks_of_step(step) for step in range(4)] == task_schedule(tasks, 2, 4, seed=0)
+    seen = [t for step in range(4) for t in trainer._tasks_of_step(step)]
+    assert [sorted(i for _, i in seen[k : k + 4]) for k in (0, 4)] == [[0, 1, 2, 3]] * 2  # each task once an epoch
 
 
 def test_real_steps_log_metrics_and_checkpoint(tmp_path, one_thread):
@@ -185,7 +191,7 @@ def test_bad_settings_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="num_minibatches must be <="):
         check_ppo_settings(*settings(num_generations=2, prompts_per_step=1, num_minibatches=3), RolloutConfig())
     model, tok = tiny_random_model(seed=0)
-    rollout = EnvRolloutFunc(grpo_dataset_rows(ENV_ID, [0]), config=RolloutConfig(temperature=0.0))
+    rollout = EnvRolloutFunc(task_rows(ENV_ID, [0]), config=RolloutConfig(temperature=0.0))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         PPOTrainer(model, tok, rollout, RLConfig(), output_dir=tmp_path)
 
@@ -200,7 +206,7 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
     with torch.no_grad():
         trainer.reference.lm_head.weight.add_(0.05 * torch.randn_like(trainer.reference.lm_head.weight))
     batch = trainer.prepare(episodes)
-    pol, val, agent = batch.policy_mask, batch.gae_mask, batch.rewards.model_mask
+    pol, val, agent = batch.policy_mask, batch.advantage_mask, batch.model_mask
     n_pol, n_val, n_agent = int(pol.sum()), int(val.sum()), int(agent.sum())
     assert n_agent < max(n_pol, n_val)  # one of the two switches widens one mask to every token
     rows = torch.arange(len(episodes))
@@ -210,7 +216,7 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
         logp, values, entropy = trainer.agent(**inputs, temperature=1.0, scored=scored, entropy=True)
     shift = 0.2 * ((torch.arange(pol.numel()) % 5) - 2).view_as(pol).float()  # ratios exp(-0.4) ... exp(0.4)
     batch.old_logprobs = logp - shift
-    batch.old_values = values + 2 * shift  # the value moved by up to 0.8 against a clip of 0.2
+    batch.values = values + 2 * shift  # the value moved by up to 0.8 against a clip of 0.2
     batch.returns = batch.returns + 0.3
     tokens = {"policy": pol.sum(), "value": val.sum(), "agent": agent.sum()}
     with torch.no_grad():
@@ -218,7 +224,7 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
 
     ratio, adv = torch.exp(shift), batch.advantages
     surrogate = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
-    v_clipped = batch.old_values + (values - batch.old_values).clamp(-0.2, 0.2)
+    v_clipped = batch.values + (values - batch.values).clamp(-0.2, 0.2)
     v_loss = 0.5 * torch.maximum((values - batch.returns) ** 2, (v_clipped - batch.returns) ** 2)
     diff = batch.ref_logprobs - logp
     expected = {
@@ -248,7 +254,7 @@ def test_the_loss_and_its_logged_parts_by_formula(tmp_path, one_thread, episodes
     assert (clipped & wide).any()
     # no entropy bonus: the entropy is still logged (a diagnostic) but leaves the loss; no value clipping: the plain
     # squared error
-    trainer.ppo = dataclasses.replace(trainer.ppo, ent_coef=0.0, clip_vloss=False)
+    trainer.ppo = trainer.ppo.model_copy(update={"ent_coef": 0.0, "clip_vloss": False})
     with torch.no_grad():
         loss, parts = trainer._micro_loss(batch, rows, tokens)
     plain = float((0.5 * (values - batch.returns) ** 2 * val).sum()) / n_val
@@ -287,7 +293,7 @@ def test_a_stale_batch_weighs_each_token_s_policy_loss_by_its_truncated_ratio(tm
         t.logprobs = [float(old[b, n] - shift[n]) if m else 0.0 for n, m in enumerate(t.loss_mask)]
     trainer.rollout.last_stats = {"async/staleness": 1.0}  # as the generation worker reports a stale call
     batch = trainer.prepare(stale)
-    agent = batch.rewards.model_mask
+    agent = batch.model_mask
     ones = torch.ones_like(batch.old_logprobs)
     expected = torch.where(agent, torch.exp(shift).clamp(max=1.5).expand_as(ones), ones)
     assert batch.is_weights is not None and torch.allclose(batch.is_weights, expected, atol=1e-5)
@@ -295,7 +301,7 @@ def test_a_stale_batch_weighs_each_token_s_policy_loss_by_its_truncated_ratio(tm
     assert trainer._is_stats["offpolicy/capped"] == pytest.approx(float(capped.float().mean()))
     assert trainer._is_stats["offpolicy/ratio_max"] == pytest.approx(math.exp(0.6), abs=1e-4)
     rows = torch.arange(len(episodes))
-    tokens = {"policy": batch.policy_mask.sum(), "value": batch.gae_mask.sum(), "agent": agent.sum()}
+    tokens = {"policy": batch.policy_mask.sum(), "value": batch.advantage_mask.sum(), "agent": agent.sum()}
     with torch.no_grad():
         _, weighted = trainer._micro_loss(batch, rows, tokens)
         by_hand = copy.copy(batch)

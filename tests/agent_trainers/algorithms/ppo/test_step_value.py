@@ -84,14 +84,14 @@ def test_the_trainer_trains_the_critic_at_the_steps_only(tmp_path, one_thread):
     step = make_trainer(tmp_path / "step", norm_adv=False, value="step")
     episodes = play(token)
     a, b = token.prepare(episodes), step.prepare(episodes)
-    assert int(b.gae_mask.sum()) == sum(len(t.turns) for t in episodes)  # one value target per step
+    assert int(b.advantage_mask.sum()) == sum(len(t.turns) for t in episodes)  # one value target per step
     for row, t in enumerate(episodes):
-        assert b.gae_mask[row].nonzero().flatten().tolist() == [turn.start for turn in t.turns]
+        assert b.advantage_mask[row].nonzero().flatten().tolist() == [turn.start for turn in t.turns]
         for turn in t.turns:  # each token of a turn shares its step's advantage
             span = b.advantages[row, turn.start : turn.end]
             assert torch.all(span == span[0])
     # the value head starts at 0, so with gamma = lam = 1 both levels give each agent token its return-to-go
-    agent = a.rewards.model_mask
+    agent = a.model_mask
     assert torch.allclose(a.advantages[agent], b.advantages[agent])
     step.train()  # a real update runs on the step-level batch
     assert step.state.global_step == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS, alarms, canonical, step_line
-from agent_trainers.algorithms.shared.rollouts import episode_metrics
+from agent_trainers.rollout.training import episode_metrics
 from agent_trainers.rollout.types import Trajectory, TurnSpan
 
 

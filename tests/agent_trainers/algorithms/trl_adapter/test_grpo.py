@@ -240,7 +240,8 @@ def test_the_rows_are_laid_out_in_the_order_the_steps_play_them(tmp_path):
     assert rows == [t for step in trainer.task_schedule for t in step]
     first = next(iter(trainer.get_train_dataloader()))  # a generation batch: each task's group of G rows
     assert [(r["env_id"], r["task_index"]) for r in first][::2] == trainer.task_schedule[0]
-    assert trainer.upcoming_tasks(2) == trainer.task_schedule[1:3]
+    assert trainer.upcoming_tasks(trainer.task_schedule[0], 2) == trainer.task_schedule[1:3]
+    assert trainer.upcoming_tasks(trainer.task_schedule[1], 2) == []  # not where the schedule is: no guess
 
 
 def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):

@@ -12,7 +12,8 @@ from datasets import Dataset
 
 from agent_trainers.algorithms.trl_adapter import trl_vllm
 from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
+from agent_trainers.rollout.training import task_rows
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.algorithms.trl_adapter.trl_vllm import trl_vllm_policy
 from agent_trainers.policies import TransformersPolicy, VLLMPolicy, VLLMServerPolicy, tiny_random_model
@@ -73,7 +74,7 @@ def test_server_reuses_trls_client_on_the_main_process_and_opens_one_elsewhere(s
 
 def make_trainer(tmp_path, tokens=8):
     model, tok = tiny_random_model()
-    rows = grpo_dataset_rows(LOOKUP_ID, range(2))
+    rows = task_rows(LOOKUP_ID, range(2))
     fn = EnvRolloutFunc(rows, config=RolloutConfig(max_new_tokens_per_turn=tokens, max_total_tokens=1024))
     args = make_grpo_config(
         device="cpu", output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,

@@ -20,7 +20,8 @@ import torch
 from datasets import Dataset
 
 from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
-from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward, grpo_dataset_rows
+from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
+from agent_trainers.rollout.training import task_rows
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig, trajectory_to_dict
@@ -59,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, tok = tiny_random_model(seed=0)
-    rows = grpo_dataset_rows(LOOKUP_ID, range(len(CAPITALS)))
+    rows = task_rows(LOOKUP_ID, range(len(CAPITALS)))
     fn = EnvRolloutFunc(
         rows,
         config=RolloutConfig(max_new_tokens_per_turn=24, max_total_tokens=1024),

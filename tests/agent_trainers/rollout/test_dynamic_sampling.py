@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_trainers.algorithms.shared.rollouts import EnvRollouts, returns_tie
+from agent_trainers.rollout.training import EnvRollouts, returns_tie
 from agent_trainers.rollout.types import Trajectory, TurnSpan
 
 G = 2
@@ -113,5 +113,5 @@ def test_algorithms_without_a_group_baseline_refuse_it(algorithm):
     from agent_trainers.pipeline.config import config_from_dict
 
     with pytest.raises(ValueError) as info:
-        config_from_dict({"algorithm": algorithm, "rl": {"dynamic_sampling": True}, "rollout": {"temperature": 1.0}})
-    assert f"rl.dynamic_sampling is not read by {algorithm}" in one_line(info.value)
+        config_from_dict({"algorithm": algorithm, algorithm: {"dynamic_sampling": True}, "rollout": {"temperature": 1.0}})
+    assert one_line(info.value).startswith(f"{algorithm}.dynamic_sampling: not a setting")
