@@ -176,6 +176,14 @@ def warm_up(args: Args, bar: Any) -> Path:
 
 # ---------------------------------------------------------------------- RL
 def _config(args: Args, algorithm: str) -> dict[str, Any]:
+    ppo = {
+        "critic": args.ppo_critic,
+        "update_epochs": args.ppo_update_epochs,
+        "num_minibatches": args.ppo_num_minibatches,
+        "micro_batch_size": 8,
+        "critic_warmup_steps": args.ppo_critic_warmup_steps,
+        "critic_learning_rate": args.critic_learning_rate,
+    }
     return {
         "seed": args.seed,
         "threads": args.threads,
@@ -189,13 +197,10 @@ def _config(args: Args, algorithm: str) -> dict[str, Any]:
                     "temperature": args.temperature},
         "sft": {"enabled": False},
         "rl": {"steps": args.steps, "num_generations": args.num_generations, "prompts_per_step": args.prompts_per_step,
-               "learning_rate": args.learning_rate, "advantage": "turn", "save_steps": 10_000},
+               "learning_rate": args.learning_rate, "save_steps": 10_000},
         "eval": {"tasks": args.eval_tasks, "first_task": EVAL_FIRST_TASK, "temperature": args.eval_temperature,
                  "every": 0, "before": algorithm == "grpo" or args.eval_before_all},
-        "ppo": {"critic": args.ppo_critic, "update_epochs": args.ppo_update_epochs,
-                "num_minibatches": args.ppo_num_minibatches, "micro_batch_size": 8,
-                "critic_warmup_steps": args.ppo_critic_warmup_steps,
-                "critic_learning_rate": args.critic_learning_rate},
+        algorithm: ppo if algorithm == "ppo" else {"advantage": "turn"},
     }  # fmt: skip
 
 

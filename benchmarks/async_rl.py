@@ -1,13 +1,14 @@
 """Generation overlapped with training: one RL recipe run synchronously and asynchronously, in one invocation.
 
-Protocol (each run is ``agent-r1 train`` in a subprocess, as a user runs it):
+Protocol (the runs are a sweep, :mod:`agent_trainers.experiments`: each one ``agent-r1 train`` on a typed copy of
+the recipe, in a subprocess, as a user runs it; a finished run is reused):
 
 1. **Start weights**: the recipe's SFT stage once (``<out>/sft``), so every RL run starts from the same
    checkpoint and has a reward to learn; ``--no-sft`` starts from the recipe's model as it is.
 2. **RL runs**, same recipe, seeds, tasks and step budget, from those weights:
 
    * ``sync-1``: synchronous, the trainer on 1 torch thread (the reference: each process one thread);
-   * ``async``: ``rl.async_rollouts`` with ``rl.max_staleness: 1``; the trainer on 1 thread, the generation
+   * ``async``: ``rl.async_rollouts`` with ``max_staleness: 1``; the trainer on 1 thread, the generation
      worker on 1 (``rl.generation_threads``): together the same two cores;
    * ``sync-2``: synchronous on 2 threads: the two cores given to one process (``--no-sync2`` skips it).
 
@@ -34,8 +35,6 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import tyro
+
+from agent_trainers.experiments.plan import Run, plan_runs
+from agent_trainers.experiments.runner import read_costs, run_all
+from agent_trainers.experiments.spec import Arm, SweepSpec, TaskSet
+from agent_trainers.pipeline.cli import parse_set
+from agent_trainers.pipeline.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,8 +67,8 @@ class Args:
     sft: bool = True
     """Train the recipe's SFT stage once and start every RL run from it."""
     start: str = ""
-    """Start every RL run from this checkpoint folder instead (no SFT stage), e.g. ``runs/algos/sft/sft``: the
-    SFT checkpoint ``benchmarks/learning.py`` made from the same recipe."""
+    """Start every RL run from this checkpoint folder instead (no SFT stage), e.g. ``runs/learn_hasty/seed0/sft/sft``:
+    the SFT checkpoint ``agent-r1 sweep learn_hasty`` made from the same recipe."""
     sync2: bool = True
     """Also run the synchronous recipe on 2 threads."""
     quick: bool = False
@@ -72,78 +77,47 @@ class Args:
     """A ``KEY=VALUE`` override for every run (as ``agent-r1 train --set``); repeat the flag for more."""
 
 
-@dataclass
-class Run:
-    """One ``agent-r1 train`` invocation of the benchmark."""
-
-    name: str
-    overrides: list[str]
-    folder: Path
-    wall_s: float = 0.0
-    peak_rss_mb: float = 0.0
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-
 def parse_args(argv: Sequence[str] | None = None) -> Args:
     """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
     args = tyro.cli(Args, description=__doc__, args=argv)
     if args.quick:  # every group of a random model ties: without a KL term its updates would be skipped
         args.sft, args.steps, args.eval_tasks = False, 20, 8
-        args.set = ["model.name=tiny-random", "rl.dynamic_sampling=false", "rl.beta=0.01", *args.set]
+        args.set = ["model.name=tiny-random", "grpo.dynamic_sampling=false", "rl.beta=0.01", *args.set]
     return args
 
 
-def plan(args: Args) -> tuple[Run | None, list[Run]]:
-    """The SFT run (None without one) and the RL runs, with their ``--set`` overrides."""
-    out = Path(args.out)
-    common = [*args.set, f"rl.steps={args.steps}", f"eval.tasks={args.eval_tasks}", "eval.every=0", "eval.before=false"]
-    sft = None
+def sweep(args: Args) -> SweepSpec:
+    """The benchmark as a sweep: the SFT arm (unless none), then sync-1, async and sync-2 from its model."""
+    recipe = load_config(args.config, parse_set(args.set))
+    common: dict[str, Any] = {"rl.steps": args.steps, "eval.every": 0}
+    start = None
     if args.start:
-        common += [f"model.name={Path(args.start).resolve()}", "sft.enabled=false"]
+        common |= {"model.name": str(Path(args.start).resolve()), "sft.enabled": False}
     elif args.sft:
-        sft = Run("sft", [*args.set, "rl.enabled=false", "eval.before=false", "eval.tasks=1"], out / "sft")
-        common += [f"model.name={(out / 'sft' / 'final').resolve()}", "sft.enabled=false"]
+        start = "sft"
     else:
-        common += ["sft.enabled=false"]
-    overlap = ["rl.async_rollouts=true", "rl.max_staleness=1", "rl.generation_threads=1"]
-    runs = [
-        Run("sync-1", [*common, "threads=1"], out / "sync-1"),
-        Run("async", [*common, "threads=1", *overlap], out / "async"),
+        common |= {"sft.enabled": False}
+    overlap = {"rl.async_rollouts": {"enabled": True, "max_staleness": 1, "generation_threads": 1}}
+    arms = [Arm(name="sft", stage="sft", set={"eval.tasks": 1})] if start else []
+    arms += [
+        Arm(name="sync-1", start=start, set=common | {"threads": 1}),
+        Arm(name="async", start=start, set=common | {"threads": 1} | overlap),
     ]
     if args.sync2:
-        runs.append(Run("sync-2", [*common, "threads=2"], out / "sync-2"))
-    return sft, runs
+        arms.append(Arm(name="sync-2", start=start, set=common | {"threads": 2}))
+    dev = TaskSet(env_kwargs=dict(recipe.env.eval_kwargs), first_task=recipe.eval.first_task, tasks=args.eval_tasks)
+    return SweepSpec(recipe=args.config, set=parse_set(args.set), seeds=[recipe.seed], dev=dev, arms=arms)
 
 
-def run(args: Args, r: Run) -> None:
-    """Run ``r`` as a subprocess (skipped when its folder holds a finished run); wall time and peak RSS of the
-    process and its children (the generation worker included)."""
-    import psutil
+@dataclass
+class Measured:
+    """One RL run of the benchmark and what it cost."""
 
-    costs = r.folder / "bench_costs.json"
-    if costs.is_file() and (r.folder / "final").is_dir():
-        saved = json.loads(costs.read_text())
-        r.wall_s, r.peak_rss_mb = saved["wall_s"], saved["peak_rss_mb"]
-        print(f"[async_rl] {r.name}: done before ({r.folder}), reused", flush=True)
-        return
-    cmd = [sys.executable, "-m", "agent_trainers.pipeline.cli", "train", "--config", args.config,
-           "--set", f"output_dir={r.folder}"]  # fmt: skip
-    for item in r.overrides:
-        cmd += ["--set", item]
-    print(f"[async_rl] {r.name}: {' '.join(cmd[3:])}", flush=True)
-    start, peak = time.perf_counter(), 0.0
-    child = subprocess.Popen(cmd, cwd=ROOT)
-    watched = psutil.Process(child.pid)
-    while child.poll() is None:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [watched, *watched.children(recursive=True)]) / 2**20)
-        except psutil.Error:
-            pass
-        time.sleep(0.5)
-    if child.returncode:
-        raise RuntimeError(f"run {r.name} failed (exit {child.returncode}): {' '.join(cmd)}")
-    r.wall_s, r.peak_rss_mb = time.perf_counter() - start, peak
-    costs.write_text(json.dumps({"wall_s": r.wall_s, "peak_rss_mb": r.peak_rss_mb}))
+    name: str
+    folder: Path
+    wall_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 def rl_records(folder: Path) -> list[dict[str, Any]]:
@@ -203,7 +177,7 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def held_aside(r: Run, reference: Run, metric: str = "em") -> tuple[str, str]:
+def held_aside(r: Measured, reference: Measured, metric: str = "em") -> tuple[str, str]:
     """The held-aside metric of ``r`` with its 95% interval, and its paired difference to ``reference``."""
     from agent_trainers.evaluation.compare import load_run, paired
     from agent_trainers.evaluation.stats import bootstrap_mean
@@ -219,7 +193,7 @@ def held_aside(r: Run, reference: Run, metric: str = "em") -> tuple[str, str]:
     return cell, "—" if comparison is None else comparison.difference.format(3, signed=True)
 
 
-def report(args: Args, runs: list[Run]) -> str:
+def report(args: Args, runs: list[Measured]) -> str:
     """``report.md``: one row per run, the headline ratio, and the reward per step."""
     figs = {r.name: figures(r.records) for r in runs}
     ref = runs[0]
@@ -261,7 +235,7 @@ def report(args: Args, runs: list[Run]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def draw(runs: list[Run], path: Path) -> None:
+def draw(runs: list[Measured], path: Path) -> None:
     """Training reward against RL step and against wall-clock minutes, one line per run."""
     import matplotlib
 
@@ -281,26 +255,33 @@ def draw(runs: list[Run], path: Path) -> None:
     plt.close(fig)
 
 
+def measured(runs: Sequence[Run], out: Path) -> list[Measured]:
+    """The RL runs' costs and step records."""
+    costs = read_costs(out)
+    found = []
+    for r in runs:
+        if r.arm.stage.value != "rl":
+            continue
+        cost = costs.get(r.name, {})
+        m = Measured(r.arm.name, r.folder, float(cost.get("wall_s") or 0.0), float(cost.get("peak_rss_mb") or 0.0))
+        m.records = rl_records(r.folder)
+        found.append(m)
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sft, runs = plan(args)
-    todo = ([sft] if sft else []) + runs
     began = time.perf_counter()
-    for k, r in enumerate(todo):
-        run(args, r)
-        spent = time.perf_counter() - began
-        left = len(todo) - k - 1
-        eta = f", ETA {spent / (k + 1) * left / 60:.0f} min" if left else ""
-        print(f"[async_rl] {k + 1}/{len(todo)} runs done ({spent / 60:.1f} min{eta})", flush=True)
-    for r in runs:
-        r.records = rl_records(r.folder)
-    text = report(args, runs)
+    runs = plan_runs(sweep(args), out)
+    run_all(runs, out, say=lambda line: print(line.replace("[sweep]", "[async_rl]"), flush=True))
+    found = measured(runs, out)
+    text = report(args, found)
     (out / "report.md").write_text(text)
-    draw(runs, out / "curves.png")
+    draw(found, out / "curves.png")
     print(text)
-    print(f"[async_rl] {out / 'report.md'}, {out / 'curves.png'}")
+    print(f"[async_rl] {out / 'report.md'}, {out / 'curves.png'} ({(time.perf_counter() - began) / 60:.1f} min)")
 
 
 if __name__ == "__main__":

@@ -242,11 +242,12 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    from agent_trainers.algorithms.shared.sections import GRPOSettings
     from agent_trainers.algorithms.trl_adapter.env_factory import make_environment_factory, trl_dataset_rows
     from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
     from agent_trainers.algorithms.trl_adapter.rollout_func import env_reward
-    from agent_trainers.rollout.training import task_rows
     from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
+    from agent_trainers.rollout.training import task_rows
 
     tasks = list(range(args.warmup + args.steps))
     cfg = make_grpo_config(
@@ -269,7 +270,7 @@ def _trainer(args: Args, model: Any, tok: Any) -> Any:
             args=cfg,
             train_dataset=Dataset.from_list(rows),
             rollout_func=_budgeted_rollout_func(rows, tok, args),
-            advantage="turn",
+            settings=GRPOSettings(advantage="turn"),
         )
     return GRPOTrainer(
         model=model,

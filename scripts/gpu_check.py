@@ -194,7 +194,7 @@ def grpo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) 
     """One AgentGRPOTrainer step: rollout, then TRL's loss, backward and optimizer step."""
     from datasets import Dataset
 
-    from agent_trainers.algorithms import AgentGRPOTrainer, env_reward, make_grpo_config
+    from agent_trainers.algorithms import AgentGRPOTrainer, GRPOSettings, env_reward, make_grpo_config
     from agent_trainers.rollout.training import task_rows
 
     rows = task_rows(ENV_ID, range(args.episodes // args.group))
@@ -206,7 +206,7 @@ def grpo_row(args: Args, model: Any, tok: Any, device: torch.device, out: Path) 
     )  # fmt: skip
     trainer = AgentGRPOTrainer(model=model, reward_funcs=[env_reward], args=config, processing_class=tok,
                                train_dataset=Dataset.from_list(rows), rollout_func=fn, algorithm="grpo",
-                               advantage="turn")  # fmt: skip
+                               settings=GRPOSettings(advantage="turn"))  # fmt: skip
     with Peak(device) as peak:
         start = time.perf_counter()
         trainer.train()

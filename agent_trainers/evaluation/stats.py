@@ -10,6 +10,8 @@
   the mean per-question difference and its bootstrap interval (resampling
   questions keeps the pairs together, so it is much tighter than comparing
   two independent intervals).
+* :func:`paired_over_seeds` - the same over several seeds' pairs (e.g. RL and SFT of each seed on the same
+  questions): the mean difference over seeds and questions, with an interval that resamples both.
 * :func:`bootstrap_average` - the mean of several datasets' means (the
   paper's "Avg." column) with each dataset resampled independently.
 
@@ -38,6 +40,7 @@ __all__ = [
     "bootstrap_mean",
     "metric_names",
     "paired_difference",
+    "paired_over_seeds",
     "summarize_by_type",
     "summarize_records",
 ]
@@ -209,6 +212,49 @@ def paired_difference(
     return PairedComparison(
         metric=metric,
         difference=bootstrap_mean(diff, resamples=resamples, seed=seed),
+        a_mean=float(xa.mean()),
+        b_mean=float(xb.mean()),
+        wins=int((diff > 0).sum()),
+        losses=int((diff < 0).sum()),
+        ties=int((diff == 0).sum()),
+    )
+
+
+def paired_over_seeds(
+    pairs: Sequence[tuple[Mapping[str, float], Mapping[str, float]]],
+    metric: str,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> PairedComparison:
+    """A minus B over several seeds, each seed's pair on the same questions (keys identify questions).
+
+    The difference is the mean over seeds and over the questions every pair shares. Its interval is a two-level
+    bootstrap: each resample draws the seeds with replacement and, independently, the questions, so it holds
+    both the spread between seeds (training runs) and between questions. One seed is
+    :func:`paired_difference` itself. Wins, losses and ties count (seed, question) pairs.
+
+    Raises:
+        ValueError: No pair, or the pairs share no question.
+    """
+    if not pairs:
+        raise ValueError(f"paired comparison of {metric!r}: no seed to compare")
+    if len(pairs) == 1:
+        return paired_difference(pairs[0][0], pairs[0][1], metric, resamples=resamples, seed=seed)
+    keys = [k for k in pairs[0][0] if all(k in a and k in b for a, b in pairs)]
+    if not keys:
+        raise ValueError(f"paired comparison of {metric!r}: the seeds' evaluations share no question")
+    xa = np.array([[a[k] for k in keys] for a, _ in pairs], dtype=float)
+    xb = np.array([[b[k] for k in keys] for _, b in pairs], dtype=float)
+    diff = xa - xb
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, diff.shape[0], size=(resamples, diff.shape[0]))
+    questions = rng.integers(0, diff.shape[1], size=(resamples, diff.shape[1]))
+    boot = np.array([diff[np.ix_(s, q)].mean() for s, q in zip(seeds, questions, strict=True)])
+    low, high = _percentiles(boot, CONFIDENCE)
+    return PairedComparison(
+        metric=metric,
+        difference=Interval(float(diff.mean()), low, high, int(diff.size)),
         a_mean=float(xa.mean()),
         b_mean=float(xb.mean()),
         wins=int((diff > 0).sum()),

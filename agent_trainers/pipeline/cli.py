@@ -12,6 +12,8 @@ Sub-commands::
     agent-r1 serve-retrieval --corpus PATH [--backend bm25|lucene|dense] [--host H] [--port P]
     agent-r1 rollout ...                   the rollout engine's CLI (see `agent-r1 rollout --help`)
     agent-r1 demo [--quick]                cold-start SFT + GRPO on HotpotQA with SmolLM2, before/after table
+    agent-r1 sweep NAME [--plan]           a sweep of runs on seeds, dev choices, the test set once
+                                           (the command above this layer: :mod:`agent_trainers.cli`)
 
 Configuration and argument errors print one line (``agent-r1 train: error: ...``)
 and exit with status 2; they never show a traceback.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent_trainers.errors import NonFiniteTrainingError, missing_extra, one_line
@@ -33,11 +35,19 @@ from agent_trainers.pipeline.eval_commands import (
     run_view_command,
 )
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Command", "build_parser", "main", "parse_set"]
+
+Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]
+"""A sub-command a layer above adds: ``(add its parser to the sub-parsers, run it)``."""
 
 
-def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    from agent_trainers.pipeline.config import YAMLTooLarge, load_yaml  # late: only `train` reads configs
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as ``{key: value}`` (each value read as YAML, else kept as text).
+
+    Raises:
+        ValueError: An item without ``=``.
+    """
+    from agent_trainers.pipeline.config import YAMLTooLarge, load_yaml  # late: only some commands read configs
 
     out: dict[str, Any] = {}
     for item in items:
@@ -63,8 +73,8 @@ def _version() -> str:
         return "(not installed: run from a source tree)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``agent-r1``."""
+def build_parser(extra: Mapping[str, Command] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``agent-r1`` (with the sub-commands of the layers above: ``extra``)."""
     parser = argparse.ArgumentParser(prog="agent-r1", description="Train LLM agents with RL on multi-turn tool tasks.")
     parser.add_argument("--version", action="version", version=f"agent-r1 {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--resume", action="store_true")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     add_parsers(sub)
+    for add, _ in (extra or {}).values():
+        add(sub)
     return parser
 
 
@@ -102,7 +114,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from agent_trainers.pipeline.config import load_config, preflight
 
-    config = load_config(args.config, _parse_set(args.set))  # no torch, TRL or transformers before this passes
+    config = load_config(args.config, parse_set(args.set))  # no torch, TRL or transformers before this passes
     if args.print_config:  # what the run would use, every default filled in; nothing runs, nothing is written
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
@@ -121,11 +133,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agent-r1`` console script."""
+def main(argv: Sequence[str] | None = None, extra: Mapping[str, Command] | None = None) -> int:
+    """The ``agent-r1`` command line (the console script is :func:`agent_trainers.cli.main`, which adds the
+    commands of the layers above this one as ``extra``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _dispatch(argv)
+        return _dispatch(argv, extra or {})
     except ModuleNotFoundError as err:  # a command of an extra in an install without it: one line, which extra
         if (err.name or "").split(".")[0] in ("agent_trainers", "agent_gym"):
             raise  # our own module missing is a bug, not an install choice
@@ -134,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _dispatch(argv: list[str]) -> int:
+def _dispatch(argv: list[str], extra: Mapping[str, Command]) -> int:
     if argv and argv[0] == "rollout":
         from agent_trainers.rollout.cli import run_rollout_cli
 
@@ -147,8 +160,8 @@ def _dispatch(argv: list[str]) -> int:
             return 2
     if argv and argv[0] == "eval":  # its own parser, made from RolloutConfig when this command runs
         return run_eval_cli(argv[1:])
-    commands = {"report": run_report_command, "view": run_view_command}
-    args = build_parser().parse_args(argv)
+    commands = {"report": run_report_command, "view": run_view_command} | {k: run for k, (_, run) in extra.items()}
+    args = build_parser(extra).parse_args(argv)
     try:
         if args.command == "envs":
             return _cmd_envs()
@@ -163,7 +176,7 @@ def _dispatch(argv: list[str]) -> int:
             output_dir=args.output_dir,
             quick=args.quick,
             resume=args.resume,
-            overrides=_parse_set(args.set),
+            overrides=parse_set(args.set),
         )
     except (ValueError, FileNotFoundError, KeyError, NonFiniteTrainingError) as err:
         print(f"agent-r1 {args.command}: error: {one_line(err)}", file=sys.stderr)

@@ -54,7 +54,8 @@ DEMO_SETTINGS: dict[str, Any] = yaml.safe_load(DEMO_CONFIG.read_text(encoding="u
 
 QUICK_OVERRIDES: dict[str, Any] = {
     "sft": {"episodes": 4, "epochs": 1.0},
-    "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "micro_batch": 2, "save_steps": 1},
+    "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "save_steps": 1},
+    "grpo": {"micro_batch": 2},
     "eval": {"tasks": 4, "every": 0},
 }
 """``--quick``: a smoke run of a few minutes."""

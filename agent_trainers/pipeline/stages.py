@@ -37,16 +37,16 @@ from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms
 from agent_trainers.algorithms.shared.names import Algorithm
 from agent_trainers.algorithms.shared.sections import ESTIMATOR_SECTIONS, TRLSettings
 from agent_trainers.algorithms.shared.settings import ReportTo
-from agent_trainers.policies.device import bf16_enabled
 from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process
+from agent_trainers.policies.device import bf16_enabled
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 from agent_trainers.rollout.training import EnvRollouts, task_rows
 
-__all__ = ["RL_TRAINERS", "STAGES", "RunState", "Stage", "phase_label", "train_tasks"]
+__all__ = ["EVAL_SEED", "RL_TRAINERS", "STAGES", "RunState", "Stage", "evaluate_model", "phase_label", "train_tasks"]
 
 EVAL_SEED = 12345
 """Env seed of every evaluation (tool noise), so evaluations are comparable."""
@@ -96,30 +96,10 @@ class RunState:
         be compared question by question (``agent-r1 report``, the demo's paired comparisons).
         That folder's summary is the one returned and logged (every present metric's mean).
         """
-        from agent_trainers.evaluation import EvalSpec, Method, run_eval
-
-        model = self.model if model is None else model
-        c = self.config
-        was_training = model.training
-        model.eval()
-        bf16 = bf16_enabled(c.device, c.bf16)  # evaluate at the precision the model trains at
-        policy = TransformersPolicy(model, self.tokenizer, batch_size=c.eval.batch_size, seed=c.seed, bf16=bf16)
-        spec = EvalSpec(
-            c.env.id,
-            Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
-            model=c.model.name if phase == "before" else f"{c.output_dir} ({phase})",
-            env_kwargs=dict(c.env.eval_kwargs),
-            limit=c.eval.tasks,
-            start=c.eval.first_task,
-            seed=EVAL_SEED,
-            rollout=dataclasses.replace(c.rollout, temperature=c.eval.temperature),
-            label=phase_label(phase, c),
-            chunk_size=c.eval.batch_size,
+        summary = evaluate_model(
+            self.config, self.model if model is None else model, self.tokenizer, self.out / "eval" / phase, phase=phase
         )
-        with _own_rng():
-            run = run_eval(spec, policy, self.out / "eval" / phase, resume=False)
-        model.train(was_training)
-        return self._record(phase, step, EvalSummary.from_json(run.summary))
+        return self._record(phase, step, summary)
 
     def reuse_evaluation(self, done: str, phase: str, step: int) -> EvalSummary:
         """Record the evaluation ``done`` again as ``phase`` (the same model): its folder is copied, not re-run."""
@@ -134,6 +114,52 @@ class RunState:
             {"stage": "eval", "phase": phase, "step": step, "episodes": summary.episodes, **summary.means(), **bounds}
         )
         return summary
+
+
+def evaluate_model(
+    config: TrainConfig,
+    model: Any,
+    tokenizer: Any,
+    out: Path,
+    *,
+    phase: str,
+    tasks: TaskRange | None = None,
+    label: str | None = None,
+) -> EvalSummary:
+    """Evaluate ``model`` as ``config``'s evaluation says (greedy by default, the rollout limits, the env seed
+    :data:`EVAL_SEED`), on its held-aside tasks or on ``tasks`` (another set: the env kwargs, first task and
+    count), into the evaluation folder ``out``; the model is left in the mode it was in.
+
+    ``phase`` names what is evaluated: ``before`` is the base model with tools, anything else the agent.
+    """
+    from agent_trainers.evaluation import EvalSpec, Method, run_eval
+
+    c = config
+    env_kwargs, first, limit = tasks or (dict(c.env.eval_kwargs), c.eval.first_task, c.eval.tasks)
+    was_training = model.training
+    model.eval()
+    bf16 = bf16_enabled(c.device, c.bf16)  # evaluate at the precision the model trains at
+    policy = TransformersPolicy(model, tokenizer, batch_size=c.eval.batch_size, seed=c.seed, bf16=bf16)
+    spec = EvalSpec(
+        c.env.id,
+        Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
+        model=c.model.name if phase == "before" else f"{c.output_dir} ({phase})",
+        env_kwargs=env_kwargs,
+        limit=limit,
+        start=first,
+        seed=EVAL_SEED,
+        rollout=dataclasses.replace(c.rollout, temperature=c.eval.temperature),
+        label=label or phase_label(phase, c),
+        chunk_size=c.eval.batch_size,
+    )
+    with _own_rng():
+        run = run_eval(spec, policy, out, resume=False)
+    model.train(was_training)
+    return EvalSummary.from_json(run.summary)
+
+
+TaskRange = tuple[dict[str, Any], int, int]
+"""Evaluation tasks: ``(env kwargs, first task, count)``."""
 
 
 def phase_label(phase: str, config: TrainConfig) -> str:
@@ -364,7 +390,8 @@ RL_TRAINERS: dict[Algorithm, Callable[[RunState], None]] = {
     **{algorithm: run_trl_rl_stage for algorithm in ESTIMATOR_SECTIONS},  # an estimator trains through TRL
     Algorithm.PPO: run_ppo_stage,
 }
-"""Which function runs the RL stage of each algorithm (what each one reads: its section, :data:`~.config.ALGORITHM_SECTIONS`)."""
+"""Which function runs the RL stage of each algorithm (what each one reads: its section,
+:data:`~.config.ALGORITHM_SECTIONS`)."""
 
 
 def run_rl_stage(state: RunState) -> None:

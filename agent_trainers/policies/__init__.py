@@ -14,8 +14,9 @@ This layer imports nothing else from ``agent_trainers``.
 
 from __future__ import annotations
 
-import lazy_loader
 from typing import TYPE_CHECKING
+
+import lazy_loader
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from agent_trainers.policies.device import (
@@ -107,9 +108,29 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
         "device": ["Device", "bf16_enabled", "cpu_has_native_bf16", "resolve_device"],
-        "loader": ["MODEL_NAMES", "cache_root", "load_model", "load_tokenizer", "prepare_tokenizer", "resolve_dtype", "smollm2_gguf_path", "tiny_random_model", "tool_chat_template"],
+        "loader": [
+            "MODEL_NAMES",
+            "cache_root",
+            "load_model",
+            "load_tokenizer",
+            "prepare_tokenizer",
+            "resolve_dtype",
+            "smollm2_gguf_path",
+            "tiny_random_model",
+            "tool_chat_template",
+        ],
         "openai_policy": ["EndpointError", "OpenAIPolicy"],
-        "sampling": ["ChatPolicy", "FinishReason", "Generation", "SamplingParams", "SessionPolicy", "TokenPolicy", "cut_at_stop", "end_of_turn_id", "end_token_ids"],
+        "sampling": [
+            "ChatPolicy",
+            "FinishReason",
+            "Generation",
+            "SamplingParams",
+            "SessionPolicy",
+            "TokenPolicy",
+            "cut_at_stop",
+            "end_of_turn_id",
+            "end_token_ids",
+        ],
         "scripted": ["ScriptedPolicy"],
         "transformers_policy": ["TransformersPolicy"],
         "vllm_policy": ["VLLMPolicy", "VLLMServerPolicy"],

@@ -16,10 +16,14 @@
 
 from __future__ import annotations
 
-import lazy_loader
 from typing import TYPE_CHECKING
 
+import lazy_loader
+
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
+    from agent_trainers.rollout.async_worker import (
+        AsyncRollouts as AsyncRollouts,
+    )
     from agent_trainers.rollout.chat import (
         ChatTokenizer as ChatTokenizer,
     )
@@ -67,9 +71,6 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     )
     from agent_trainers.rollout.progress import (
         RolloutProgress as RolloutProgress,
-    )
-    from agent_trainers.rollout.async_worker import (
-        AsyncRollouts as AsyncRollouts,
     )
     from agent_trainers.rollout.training import (
         EnvRollouts as EnvRollouts,

@@ -13,12 +13,11 @@ from typing import Any
 
 import torch
 
-from agent_trainers.rollout.training import EnvRollouts, Task
 from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.training import EnvRollouts, Task
 from agent_trainers.rollout.types import Trajectory
 
 __all__ = ["GenerationJob", "GenerationResult", "Task", "worker_main"]
-
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,11 @@ same stale batches as one that never stopped.
 The process's own side (the job and result types, its main loop) is
 :mod:`~agent_trainers.rollout.async_process`.
 
-What was reused from TRL 1.16: the importance-sampling modes and their names (see :mod:`agent_trainers.algorithms.shared.offpolicy`). Not
-reused: ``trl.experimental.async_grpo`` (its rollout worker drives a vLLM server over HTTP and syncs weights
-with NCCL, and it generates single-turn completions, not our env episodes). The worker generates with
-``transformers`` (our rollout engine); overlapping vLLM generation (a section's ``vllm``) is not implemented.
+What was reused from TRL 1.16: the importance-sampling modes and their names (see
+:mod:`agent_trainers.algorithms.shared.offpolicy`). Not reused: ``trl.experimental.async_grpo`` (its rollout worker
+drives a vLLM server over HTTP and syncs weights with NCCL, and it generates single-turn completions, not our env
+episodes). The worker generates with ``transformers`` (our rollout engine); overlapping vLLM generation (a
+section's ``vllm``) is not implemented.
 """
 
 from __future__ import annotations
@@ -329,8 +330,8 @@ class AsyncRollouts:
                     self.close(kill=True)
                     raise GenerationWorkerError(
                         f"the generation worker sent nothing for {self.timeout:.0f} s while the trainer waited {what} "
-                        "(rl.async_rollouts.generation_timeout); it was stopped. Nothing of this step was saved: the last "
-                        "checkpoint is intact (--resume continues from it)"
+                        "(rl.async_rollouts.generation_timeout); it was stopped. Nothing of this step was saved: the "
+                        "last checkpoint is intact (--resume continues from it)"
                     ) from None
                 continue
             if kind == "error":

@@ -212,9 +212,7 @@ class EnvRollouts:
             model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls, bf16=self.bf16
         )
 
-    def play(
-        self, tasks: list[Task], group: int, policy: TokenPolicy, config: RolloutConfig
-    ) -> list[Trajectory]:
+    def play(self, tasks: list[Task], group: int, policy: TokenPolicy, config: RolloutConfig) -> list[Trajectory]:
         """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given (refilled when
         ``dynamic_sampling`` is on)."""
         trajectories = self._play_tasks(tasks, group, policy, config, self.seed + 100_003 * self.calls)

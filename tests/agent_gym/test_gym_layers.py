@@ -107,14 +107,18 @@ def test_there_are_no_import_loops_between_rooms():
     assert loop is None, "rooms import each other: " + " -> ".join(loop or [])
 
 
+MODULE_LINES, FUNCTION_LINES = 800, 100
+"""Guards against a runaway file or function, not targets: modules are cut where a concept ends."""
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_and_functions_stay_small(name):
+def test_no_module_or_function_runs_away(name):
     source = MODULES[name].read_text(encoding="utf-8")
-    assert len(source.splitlines()) <= 500, f"{name} has {len(source.splitlines())} lines"
+    assert len(source.splitlines()) <= MODULE_LINES, f"{name} has {len(source.splitlines())} lines"
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             size = node.end_lineno - node.lineno + 1
-            assert size <= 60, f"{name}.{node.name} has {size} lines"
+            assert size <= FUNCTION_LINES, f"{name}.{node.name} has {size} lines"
 
 
 def test_the_checker_finds_a_planted_upward_import(tmp_path):

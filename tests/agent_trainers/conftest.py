@@ -73,5 +73,7 @@ def advantages_of(batch: Any, algorithm: str, *, kl_coef: float = 0.0, kl: Any =
     ``gamma``, ``scale_rewards``, ``step_weight``, ...); ``advantage`` defaults to ``outcome`` here."""
     from agent_trainers.algorithms.shared.advantages import ESTIMATORS, compute_advantages
 
-    settings = ESTIMATORS[algorithm].settings(**{"advantage": "outcome", **section}) if algorithm in ESTIMATORS else None
+    settings = (
+        ESTIMATORS[algorithm].settings(**{"advantage": "outcome", **section}) if algorithm in ESTIMATORS else None
+    )
     return compute_advantages(batch, algorithm, settings, kl_coef=kl_coef, kl=kl)

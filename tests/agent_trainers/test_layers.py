@@ -9,9 +9,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "agent_trainers"
-LAYERS = {"errors": 0, "policies": 1, "rollout": 2, "algorithms": 3, "evaluation": 3, "pipeline": 4}
+LAYERS = {
+    "errors": 0,
+    "policies": 1,
+    "rollout": 2,
+    "algorithms": 3,
+    "evaluation": 3,
+    "pipeline": 4,
+    "experiments": 5,
+    "cli": 6,
+}
 """Lower numbers are lower layers; a module may import its own package and the layers below (evaluation sits
-beside algorithms: it needs rollouts and policies only, and neither imports the other)."""
+beside algorithms: it needs rollouts and policies only, and neither imports the other). ``cli`` is the
+``agent-r1`` command, over everything."""
+MODULE_LINES, FUNCTION_LINES = 800, 100
+"""Guards against a runaway file or function, not targets: modules are cut where a concept ends
+(docs/architecture.md says what each room holds)."""
 ROOMS = {"shared": set(), "trl_adapter": {"shared"}, "ppo": {"shared"}, "sft": {"shared"}}
 """The rooms of ``agent_trainers.algorithms`` and the rooms each may import besides itself: what every algorithm
 shares imports no room; the TRL adapter, our PPO and SFT import only the shared room (never each other)."""
@@ -97,13 +110,13 @@ def test_there_are_no_import_loops():
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_and_functions_stay_small(name):
+def test_no_module_or_function_runs_away(name):
     source = MODULES[name].read_text(encoding="utf-8")
-    assert len(source.splitlines()) <= 500, f"{name} has {len(source.splitlines())} lines"
+    assert len(source.splitlines()) <= MODULE_LINES, f"{name} has {len(source.splitlines())} lines"
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             size = node.end_lineno - node.lineno + 1
-            assert size <= 60, f"{name}.{node.name} has {size} lines"
+            assert size <= FUNCTION_LINES, f"{name}.{node.name} has {size} lines"
 
 
 def test_the_checker_finds_a_planted_upward_import(tmp_path):

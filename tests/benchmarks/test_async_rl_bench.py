@@ -13,19 +13,25 @@ bench = load_script("benchmarks/async_rl.py", "bench_async_rl")
 
 
 def test_the_three_runs_differ_only_in_threads_and_async(tmp_path):
-    sft, runs = bench.plan(bench.parse_args(["--out", str(tmp_path), "--steps", "6"]))
-    assert sft is not None and "rl.enabled=false" in sft.overrides
-    assert [r.name for r in runs] == ["sync-1", "async", "sync-2"]
-    base = set(runs[0].overrides) - {"threads=1"}
-    assert set(runs[1].overrides) - base == {"threads=1", "rl.async_rollouts=true", "rl.max_staleness=1",
-                                              "rl.generation_threads=1"}  # fmt: skip
-    assert set(runs[2].overrides) - base == {"threads=2"}
-    assert "rl.steps=6" in base and f"model.name={(tmp_path / 'sft' / 'final').resolve()}" in base
-    quick_sft, quick = bench.plan(bench.parse_args(["--quick", "--no-sync2"]))
-    assert quick_sft is None and [r.name for r in quick] == ["sync-1", "async"]
-    assert "model.name=tiny-random" in quick[0].overrides and "rl.steps=20" in quick[0].overrides
-    no_sft, started = bench.plan(bench.parse_args(["--start", str(tmp_path / "ckpt")]))
-    assert no_sft is None and f"model.name={(tmp_path / 'ckpt').resolve()}" in started[1].overrides
+    runs = bench.plan_runs(bench.sweep(bench.parse_args(["--out", str(tmp_path), "--steps", "6"])), tmp_path)
+    assert [r.arm.name for r in runs] == ["sft", "sync-1", "async", "sync-2"]
+    sft, sync1, asyn, sync2 = (r.config for r in runs)
+    assert not sft.rl.enabled and sft.eval.tasks == 1
+    assert (sync1.threads, asyn.threads, sync2.threads) == (1, 1, 2) and sync1.rl.steps == 6
+    assert asyn.rl.async_rollouts.enabled and not sync1.rl.async_rollouts.enabled
+    assert (asyn.rl.async_rollouts.max_staleness, asyn.rl.async_rollouts.generation_threads) == (1, 1)
+    same = {"threads", "rl", "output_dir"}
+    for other in (asyn, sync2):  # everything else is the same recipe
+        assert {k: v for k, v in other.to_dict().items() if k not in same} == {
+            k: v for k, v in sync1.to_dict().items() if k not in same
+        }
+    assert sync1.model.name == str(runs[0].model_folder) and not sync1.sft.enabled
+    quick = bench.plan_runs(bench.sweep(bench.parse_args(["--quick", "--no-sync2"])), tmp_path / "q")
+    assert [r.arm.name for r in quick] == ["sync-1", "async"]
+    assert quick[0].config.model.name == "tiny-random" and quick[0].config.rl.steps == 20
+    assert quick[0].config.rl.beta == 0.01 and not quick[0].config.algorithm_settings.dynamic_sampling
+    started = bench.plan_runs(bench.sweep(bench.parse_args(["--start", str(tmp_path / "ckpt")])), tmp_path / "s")
+    assert started[1].config.model.name == str((tmp_path / "ckpt").resolve()) and len(started) == 3
 
 
 def rows(times, **per_step):
@@ -55,7 +61,7 @@ def test_figures_by_hand():
 
 def test_the_report_gives_the_ratio_the_idle_times_and_the_paired_held_aside_metric(tmp_path):
     args = bench.parse_args(["--out", str(tmp_path), "--no-sync2"])
-    _, runs = bench.plan(args)
+    runs = [bench.Measured(name, tmp_path / name) for name in ("sync-1", "async")]
     sync_rows = rows([30.0, 50.0, 70.0, 90.0], **{"time/rollout": [25.0, 12.0, 12.0, 12.0]})
     async_rows = rows([30.0, 42.0, 54.0, 66.0], **{"async/trainer_wait": [25.0, 1.0, 2.0, 3.0],
                                                    "async/worker_idle": [0.0, 4.0, 4.0, 4.0]})  # fmt: skip

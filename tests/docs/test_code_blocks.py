@@ -252,7 +252,7 @@ def parses(parser: Any, argv: list[str]) -> Any:
 
 
 def check_agent_r1(args: list[str]) -> None:
-    from agent_trainers.pipeline.cli import _parse_set, build_parser, main
+    from agent_trainers.pipeline.cli import build_parser, main, parse_set
 
     if args[0] == "eval":
         from agent_trainers.pipeline.eval_commands import build_eval_parser, env_kwargs_from_args, eval_rollout
@@ -274,7 +274,7 @@ def check_agent_r1(args: list[str]) -> None:
         if ns.command == "train":
             from agent_trainers.pipeline.config import load_config
 
-            load_config(ns.config, _parse_set(ns.set))
+            load_config(ns.config, parse_set(ns.set))
         elif ns.command == "envs":
             with contextlib.redirect_stdout(io.StringIO()) as out:
                 assert main(["envs"]) == 0

@@ -13,6 +13,7 @@ Names are imported lazily (``from agent_trainers.algorithms.ppo import PPOConfig
 from __future__ import annotations
 
 import lazy_loader
+
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={

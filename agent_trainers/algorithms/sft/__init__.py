@@ -6,6 +6,7 @@ Names are imported lazily (``from agent_trainers.algorithms.sft import run_sft``
 from __future__ import annotations
 
 import lazy_loader
+
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={

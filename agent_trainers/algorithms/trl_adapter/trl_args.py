@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["grpo_args", "make_grpo_config", "micro_batch_args", "vllm_args"]
 
+
 def micro_batch_args(rollouts_per_step: int, micro_batch: int = 1) -> dict[str, int]:
     """``GRPOConfig`` batch fields: ``rollouts_per_step`` rollouts generated at once, trained ``micro_batch`` at a time.
 

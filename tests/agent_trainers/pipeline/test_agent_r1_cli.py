@@ -100,8 +100,9 @@ def test_the_event_files_hold_the_training_curves(tmp_path):
         (["--set", "rollout.max_turnz=2"], "rollout.max_turnz: not a setting; did you mean rollout.max_turns?"),
         (["--set", "rl.stepz=2"], "rl.stepz: not a setting; did you mean rl.steps?"),
         (["--set", "sedd=2"], "sedd: not a setting; did you mean seed?"),
-        (["--set", "ppo.zzz=2"], "ppo.zzz: not a setting (the ppo settings: critic, critic_model, value, gamma,"),
-        (["--set", "grpo.steps=abc"], "the `grpo:` section is now `rl:`"),
+        (["--set", "grpo.zzz=2"], "grpo.zzz: not a setting (the grpo settings: micro_batch, gradient_checkpointing,"),
+        (["--set", "ppo.update_epochs=2"], "ppo: the section of algorithm ppo, but the algorithm is grpo"),
+        (["--set", "rl.micro_batch=2"], "rl.micro_batch moved: it is now grpo.micro_batch"),
         (["--set", "novalue"], "--set expects KEY=VALUE (got 'novalue')"),
         (["--set", "model.name=gpt-9000"], "unknown model 'gpt-9000'"),
     ],
@@ -171,7 +172,8 @@ def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path, cap
                  "--print-config"]) == 0  # fmt: skip
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["rl"]["learning_rate"] == 0.25 and shown["rl"]["steps"] == 3 and shown["algorithm"] == "grpo"
-    assert shown["rollout"]["max_new_tokens_per_turn"] == 8 and "ppo" in shown  # defaults are filled in
+    assert shown["rollout"]["max_new_tokens_per_turn"] == 8 and "grpo" in shown  # defaults are filled in
+    assert shown["grpo"]["scale_rewards"] == "group" and "ppo" not in shown  # the chosen algorithm's section only
     assert not (tmp_path / "run").exists()
 
 

@@ -18,9 +18,9 @@ ALGORITHMS = ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo", 
 ASYNC_KEYS = ("async/staleness", "async/trainer_wait", "async/generation_time", "async/worker_idle")
 
 
-def async_config(out, algorithm, **rl):
-    c = config(out, algorithm).model_dump(mode="json")
-    c["rl"] |= {"async_rollouts": True, **rl}
+def async_config(out, algorithm, **overlap):
+    c = config(out, algorithm).to_dict()
+    c["rl"] |= {"async_rollouts": {"enabled": True, **overlap}}
     return config_from_dict(c)
 
 

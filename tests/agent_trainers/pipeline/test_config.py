@@ -17,7 +17,8 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 @pytest.mark.parametrize("name", ["demo.yaml", "hotpotqa_grpo.yaml", "hotpotqa_shared.yaml", "tiny.yaml"])
 def test_shipped_configs_load(name):
     config = load_config(CONFIGS / name)
-    assert isinstance(config.rl.advantage, AdvantageMode) and isinstance(config.rl.loss_type, LossType)
+    section = config.algorithm_settings
+    assert isinstance(section.advantage, AdvantageMode) and isinstance(section.loss_type, LossType)
     assert isinstance(config.rollout, RolloutConfig)
 
 
@@ -29,10 +30,10 @@ def test_every_algorithm_can_be_set_on_the_tiny_config(algorithm):
 
 def test_toml_and_overrides(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('seed = 3\nalgorithm = "rloo"\n[rl]\nsteps = 4\nadvantage = "outcome"\n[eval]\nevery = 2\n')
+    path.write_text('seed = 3\nalgorithm = "rloo"\n[rl]\nsteps = 4\n[rloo]\nadvantage = "outcome"\n[eval]\nevery = 2\n')
     config = load_config(path, {"rl.num_generations": 3, "rollout.temperature": 0.5})
     assert (config.seed, config.rl.steps, config.rl.num_generations) == (3, 4, 3)
-    assert config.rl.advantage is AdvantageMode.OUTCOME and config.algorithm is Algorithm.RLOO
+    assert config.algorithm_settings.advantage is AdvantageMode.OUTCOME and config.algorithm is Algorithm.RLOO
     assert config.rollout.temperature == 0.5
 
 
@@ -40,14 +41,17 @@ def test_toml_and_overrides(tmp_path):
     ("data", "message"),
     [
         ({"rl": {"stepz": 1}}, "rl.stepz: not a setting; did you mean rl.steps?"),
-        ({"rl": {"stepz": 1, "gamma": 2}}, "rl.stepz: not a setting; did you mean rl.steps?; rl.gamma: Input should"),
-        ({"rl": {"advantage": "token"}}, "rl.advantage: Input should be 'outcome' or 'turn' (got 'token')"),
+        (
+            {"rl": {"stepz": 1}, "grpo": {"gamma": 2}},
+            "rl.stepz: not a setting; did you mean rl.steps?; grpo.gamma: Input",
+        ),
+        ({"grpo": {"advantage": "token"}}, "grpo.advantage: Input should be 'outcome' or 'turn' (got 'token')"),
         ({"rl": {"num_generations": 1}}, "rl.num_generations: Input should be greater than or equal to 2 (got 1)"),
         ({"rl": {"steps": 6}, "eval": {"every": 4}}, "rl.steps must be divisible by eval.every (got 6 and 4)"),
-        ({"rl": {"gamma": 1.5}}, "rl.gamma: Input should be less than or equal to 1 (got 1.5)"),
+        ({"grpo": {"gamma": 1.5}}, "grpo.gamma: Input should be less than or equal to 1 (got 1.5)"),
         (
-            {"rl": {"micro_batch": 3}},
-            "rl.micro_batch must divide rl.num_generations * rl.prompts_per_step (got 3 and 8)",
+            {"grpo": {"micro_batch": 3}},
+            "grpo.micro_batch must divide rl.num_generations * rl.prompts_per_step (got 3 and 8)",
         ),
         ({"rollout": {"max_new_tokens_per_turn": 64, "max_total_tokens": 32}}, "max_total_tokens must exceed"),
         ({"rollout": {"temperature": -1}}, "rollout: temperature must be >= 0 (got -1.0)"),
@@ -73,7 +77,7 @@ def test_defaults_are_valid_and_round_trip():
     config = TrainConfig()
     assert config_from_dict(config.to_dict()) == config
     assert config.algorithm is Algorithm.GRPO and config.device == "auto" and config.report_to == "none"
-    assert TrainConfig.model_fields["rl"].description == "RL stage."  # field docstrings are the documentation
+    assert TrainConfig.model_fields["rl"].description == "RL stage: what every RL trainer reads."  # the docs
 
 
 @pytest.mark.parametrize(("load", "cores"), [(0.2, 2), (0.6, 1), (1.0, 1), (3.5, 1)])
@@ -111,6 +115,7 @@ FLOATS = sorted(_float_fields(TrainConfig))
 def test_the_float_settings_are_all_found():
     assert {"rl.learning_rate", "rl.beta", "sft.learning_rate", "sft.epochs", "rollout.temperature"} <= set(FLOATS)
     assert len([f for f in FLOATS if f.startswith("ppo.")]) >= 7 and "eval.temperature" in FLOATS
+    assert {"gigpo.step_weight", "grpo.gamma", "rl.async_rollouts.importance_cap"} <= set(FLOATS)
 
 
 @pytest.mark.parametrize("name", FLOATS)
@@ -118,7 +123,7 @@ def test_the_float_settings_are_all_found():
 def test_no_float_setting_takes_inf_or_nan(name, bad):
     """``--set sft.learning_rate=.inf`` exited 0 and saved 3,219,776 NaN weights (issue 25.8)."""
     section, *rest = name.split(".")
-    data: dict = {}
+    data: dict = {"algorithm": section} if section in {a.value for a in Algorithm} else {}
     node = data.setdefault(section, {})
     for part in rest[:-1]:
         node = node.setdefault(part, {})

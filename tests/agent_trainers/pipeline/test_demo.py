@@ -107,8 +107,8 @@ def test_the_demo_settings_with_and_without_quick_are_valid():
 
     full = config_from_dict(copy.deepcopy(DEMO_SETTINGS))
     quick = config_from_dict(_merge(DEMO_SETTINGS, QUICK_OVERRIDES))
-    assert (full.rl.micro_batch, full.rl.num_generations) == (4, 4)
-    assert (quick.rl.micro_batch, quick.rl.num_generations, quick.rl.steps) == (2, 2, 1)
+    assert (full.algorithm_settings.micro_batch, full.rl.num_generations) == (4, 4)
+    assert (quick.algorithm_settings.micro_batch, quick.rl.num_generations, quick.rl.steps) == (2, 2, 1)
 
 
 def test_the_demo_settings_are_one_packaged_file_that_configs_demo_yaml_points_at():

@@ -1,4 +1,4 @@
-"""``rl.micro_batch``: how many rollouts a forward/backward pass takes changes the compute, not the step."""
+"""``grpo.micro_batch``: how many rollouts a forward/backward pass takes changes the compute, not the step."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def run(out, micro_batch, checkpointing=False):
         "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024, "temperature": 1.0},
         "sft": {"enabled": False},
-        "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "micro_batch": micro_batch,
-               "learning_rate": 1e-2, "save_steps": 1, "gradient_checkpointing": checkpointing},
+        "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-2, "save_steps": 1},
+        "grpo": {"micro_batch": micro_batch, "gradient_checkpointing": checkpointing},
         "eval": {"tasks": 1, "every": 0, "before": False},
     })  # fmt: skip
     seen = BatchArgs()
@@ -78,7 +78,8 @@ def test_rl_sets_gradient_checkpointing_whatever_sft_left(tmp_path, one_thread, 
         "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024},
         "sft": {"episodes": 2, "batch_size": 2},  # TRL's SFT turns checkpointing on and leaves it on
-        "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1, "gradient_checkpointing": on},
+        "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1},
+        "grpo": {"gradient_checkpointing": on},
         "eval": {"tasks": 1, "every": 0, "before": False},
     })  # fmt: skip
     seen = Checkpointing()

@@ -45,15 +45,19 @@ class CrashAfterSaving(TrainerCallback):
 
 def config(out, algorithm):
     # ppo: a separate critic and a KL reference, so the checkpoint must carry the critic and the reference reload
-    ppo = {"ppo": {"critic": "separate", "update_epochs": 2, "num_minibatches": 2}} if algorithm == "ppo" else {}
-    return config_from_dict(ppo | {
+    section = (
+        {"critic": "separate", "update_epochs": 2, "num_minibatches": 2}
+        if algorithm == "ppo"
+        else {"advantage": "turn"}
+    )
+    return config_from_dict({algorithm: section} | {
         "seed": 7, "output_dir": str(out), "device": "cpu", "algorithm": algorithm,
         "model": {"name": "tiny-random"},
         "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024, "temperature": 1.0},
         "sft": {"enabled": False},
         "rl": {"steps": 3, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-2, "save_steps": 1,
-               "advantage": "turn", "beta": 0.05 if algorithm == "ppo" else 0.0},
+               "beta": 0.05 if algorithm == "ppo" else 0.0},
         "eval": {"tasks": 1, "every": 0},
     })  # fmt: skip
 

@@ -8,10 +8,10 @@ from datasets import Dataset
 from agent_trainers.algorithms.shared.names import VLLMMode
 from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
-from agent_trainers.rollout.training import task_rows
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config, vllm_args
 from agent_trainers.pipeline.config import load_config
 from agent_trainers.policies import tiny_random_model
+from agent_trainers.rollout.training import task_rows
 from tests.agent_trainers.conftest import LOOKUP_ID
 
 

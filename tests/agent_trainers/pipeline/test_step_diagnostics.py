@@ -23,7 +23,7 @@ if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=2)
 
 
-def _run(tmp_path, algorithm: str, rl: dict, **top) -> list[dict]:
+def _run(tmp_path, algorithm: str, section: dict, **top) -> list[dict]:
     config = config_from_dict(
         {
             "output_dir": str(tmp_path / algorithm),
@@ -33,7 +33,8 @@ def _run(tmp_path, algorithm: str, rl: dict, **top) -> list[dict]:
             "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
             "rollout": {"max_new_tokens_per_turn": 4, "max_total_tokens": 512, "temperature": 1.0},
             "sft": {"enabled": False},
-            "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "save_steps": 1, **rl},
+            "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "save_steps": 1},
+            algorithm: section,
             "eval": {"tasks": 1, "every": 0, "before": False},
             **top,
         }

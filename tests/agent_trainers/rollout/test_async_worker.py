@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-from agent_trainers.rollout.async_worker import ASYNC_PENDING, AsyncRollouts, GenerationWorkerError
-from agent_trainers.rollout.training import EnvRollouts, task_rows
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig
+from agent_trainers.rollout.async_worker import ASYNC_PENDING, AsyncRollouts, GenerationWorkerError
+from agent_trainers.rollout.training import EnvRollouts, task_rows
 from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ENV_ID, ScriptedLookup
 
 GENERATE_S = 0.5
@@ -163,7 +163,7 @@ def test_a_hung_worker_times_out_with_the_setting_named(model):
     try:
         pool.start()
         began = time.monotonic()
-        with pytest.raises(GenerationWorkerError, match=r"sent nothing for 2 s .*rl.generation_timeout"):
+        with pytest.raises(GenerationWorkerError, match=r"sent nothing for 2 s .*rl.async_rollouts.generation_timeout"):
             pool.rollouts_for(0, tasks(0), 2, CONFIG, m, version=0, upcoming=[])
         assert time.monotonic() - began < 6
     finally:

@@ -113,5 +113,7 @@ def test_algorithms_without_a_group_baseline_refuse_it(algorithm):
     from agent_trainers.pipeline.config import config_from_dict
 
     with pytest.raises(ValueError) as info:
-        config_from_dict({"algorithm": algorithm, algorithm: {"dynamic_sampling": True}, "rollout": {"temperature": 1.0}})
+        config_from_dict(
+            {"algorithm": algorithm, algorithm: {"dynamic_sampling": True}, "rollout": {"temperature": 1.0}}
+        )
     assert one_line(info.value).startswith(f"{algorithm}.dynamic_sampling: not a setting")

@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from agent_trainers.algorithms import PPOConfig, RLConfig
-from agent_trainers.algorithms.shared.settings import AsyncSettings
 from agent_trainers.algorithms.ppo import PPOTrainer
 from agent_trainers.algorithms.ppo.config import check_ppo_settings
 from agent_trainers.algorithms.ppo.core import masked_gae, masked_whiten
 from agent_trainers.algorithms.shared.batch import discounted_returns
+from agent_trainers.algorithms.shared.settings import AsyncSettings
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc
-from agent_trainers.rollout.training import task_rows, task_schedule
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig
+from agent_trainers.rollout.training import task_rows, task_schedule
 from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ENV_ID, scripted
 from tests.conftest import CAPITALS
 

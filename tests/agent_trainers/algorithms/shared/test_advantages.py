@@ -23,10 +23,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.agent_trainers.conftest import advantages_of
 from agent_trainers.algorithms import ESTIMATORS, Algorithm, GRPOSettings, compute_advantages
 from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.rollout import Trajectory, TurnSpan
+from tests.agent_trainers.conftest import advantages_of
 
 Z = 0.0  # padding
 

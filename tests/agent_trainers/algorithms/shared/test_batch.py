@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_trainers.algorithms.shared.batch import discounted_returns, AgentBatch
+from agent_trainers.algorithms.shared.batch import AgentBatch, discounted_returns
 from agent_trainers.policies import ScriptedPolicy
 from agent_trainers.rollout import Trajectory, TurnSpan, rollout
 from tests.agent_trainers.conftest import LOOKUP_ID

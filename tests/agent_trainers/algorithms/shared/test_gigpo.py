@@ -23,10 +23,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.agent_trainers.conftest import advantages_of
-from agent_trainers.algorithms import compute_advantages
 from agent_trainers.algorithms.shared.batch import AgentBatch, turn_states
 from agent_trainers.rollout import Trajectory, TurnSpan
+from tests.agent_trainers.conftest import advantages_of
 
 Z = 0.0  # padding
 PROMPT = [100]
@@ -55,7 +54,9 @@ def per_token(a0, a1, b0, b1, c0, c1):
 
 
 def gigpo(trajectories, *, width, group_size=None, anchor="observation", **kw):
-    batch = AgentBatch.from_trajectories(trajectories, group_size=group_size or len(trajectories), width=width, anchor=anchor)
+    batch = AgentBatch.from_trajectories(
+        trajectories, group_size=group_size or len(trajectories), width=width, anchor=anchor
+    )
     return advantages_of(batch, "gigpo", advantage="turn", **kw)
 
 
@@ -165,13 +166,17 @@ def test_without_a_repeated_state_gigpo_is_grpos_outcome_advantage(drawn, mode, 
     rows, group_size = drawn
     batch = AgentBatch.from_trajectories(rows, group_size=group_size, width=max(len(t.completion_ids) for t in rows))
     grpo = advantages_of(batch, "grpo", advantage="outcome", gamma=gamma, scale_rewards=scale)
-    assert torch.equal(advantages_of(batch, "gigpo", advantage=mode, gamma=gamma, scale_rewards=scale, step_weight=0.7), grpo)
+    assert torch.equal(
+        advantages_of(batch, "gigpo", advantage=mode, gamma=gamma, scale_rewards=scale, step_weight=0.7), grpo
+    )
 
 
 def test_outcome_mode_values_each_turn_by_its_episode_return(group):
     # gamma 0.5, scale none: turn-1 units are the episode returns of rows 0, 1: [0.5, 0.5], a tie -> A_step 0;
     # turn 0 as in turn mode (its value is the return either way): A = 2 * [1/8, 1/8, -1/4] there
-    got = advantages_of(AgentBatch.from_trajectories(group, group_size=3, width=5), "gigpo", gamma=0.5, scale_rewards="none")
+    got = advantages_of(
+        AgentBatch.from_trajectories(group, group_size=3, width=5), "gigpo", gamma=0.5, scale_rewards="none"
+    )
     assert torch.allclose(got, per_token(0.25, 0.125, 0.25, 0.125, -0.5, -0.25), atol=1e-6)
 
 

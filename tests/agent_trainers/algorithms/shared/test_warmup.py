@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agent_trainers.algorithms import RLConfig
+from agent_trainers.algorithms import GRPOSettings, RLConfig
 from agent_trainers.algorithms.trl_adapter.trl_args import grpo_args
 from agent_trainers.rollout import RolloutConfig
 
@@ -24,14 +24,21 @@ def test_trl_algorithms_warm_up_then_decay(tmp_path):
     import torch
     from transformers import get_scheduler
 
-    args = grpo_args(RLConfig(steps=10, warmup_steps=3, learning_rate=1e-3), RolloutConfig(), output_dir=str(tmp_path))
+    args = grpo_args(
+        RLConfig(steps=10, warmup_steps=3, learning_rate=1e-3),
+        GRPOSettings(),
+        RolloutConfig(),
+        output_dir=str(tmp_path),
+    )
     assert args.warmup_steps == 3 and args.lr_scheduler_type == "linear" and args.max_steps == 10
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
     scheduler = get_scheduler(args.lr_scheduler_type, optimizer, args.get_warmup_steps(10), 10)  # as Trainer does
     # hand-computed: step s < 3 -> s/3 of the peak; then (10 - s) / 7
     want = [0, 1 / 3, 2 / 3, 1, 6 / 7, 5 / 7, 4 / 7, 3 / 7, 2 / 7, 1 / 7]
     assert _lrs(optimizer, scheduler, 10) == pytest.approx([1e-3 * w for w in want])
-    assert grpo_args(RLConfig(steps=10), RolloutConfig(), output_dir=str(tmp_path)).warmup_steps == 0  # default
+    assert (
+        grpo_args(RLConfig(steps=10), GRPOSettings(), RolloutConfig(), output_dir=str(tmp_path)).warmup_steps == 0
+    )  # default
 
 
 def test_ppo_warms_up_over_its_optimizer_steps(tmp_path, one_thread):

@@ -81,6 +81,7 @@ def make_trainer(
     gamma=1.0,
     env_kwargs=None,
     steps=1,
+    step_samples=False,
     **section,
 ):
     model, tok = tiny_random_model()
@@ -98,7 +99,7 @@ def make_trainer(
     )  # fmt: skip
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
-        rollout_func=fn, algorithm=algorithm,
+        rollout_func=fn, algorithm=algorithm, step_samples=step_samples,
         settings=ESTIMATORS[algorithm].settings(advantage=advantage, gamma=gamma, **section),
     )  # fmt: skip
 
@@ -117,7 +118,9 @@ def test_advantages_come_from_the_registry_on_the_trajectories_trl_passed_in(tmp
     trajs = [row["trajectory"] for row in inputs]  # TRL merged the rollout's fields into the rows
     assert [t.task_index for t in trajs] == [0, 0, 1, 1] and all(len(t.turns) == 2 for t in trajs)
     width = out["completion_ids"].shape[1]
-    expected = advantages_of(AgentBatch.from_trajectories(trajs, group_size=2, width=width), algorithm, advantage="turn")
+    expected = advantages_of(
+        AgentBatch.from_trajectories(trajs, group_size=2, width=width), algorithm, advantage="turn"
+    )
     assert out["advantages"].shape == out["completion_ids"].shape
     assert torch.equal(out["advantages"], expected)
     # the correct answerer (even row) beats the wrong one on the answer turn of the same task

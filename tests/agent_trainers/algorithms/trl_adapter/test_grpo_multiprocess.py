@@ -16,11 +16,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.agent_trainers.conftest import advantages_of
-from agent_trainers.algorithms import compute_advantages
 from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.algorithms.trl_adapter.grpo import check_groups_stay_local
 from agent_trainers.rollout import trajectory_from_dict
+from tests.agent_trainers.conftest import advantages_of
 
 ROOT = Path(__file__).resolve().parents[4]
 GROUP = 2
@@ -75,7 +74,9 @@ def test_advantages_equal_those_of_the_whole_batch_in_one_process(two_ranks):
         records = [rank["records"][call] for rank in two_ranks]
         trajs = [trajectory_from_dict(t) for rec in records for t in rec["trajectories"]]
         width = max(len(t.completion_ids) for t in trajs)
-        whole = advantages_of(AgentBatch.from_trajectories(trajs, group_size=GROUP, width=width), "grpo", advantage="turn")
+        whole = advantages_of(
+            AgentBatch.from_trajectories(trajs, group_size=GROUP, width=width), "grpo", advantage="turn"
+        )
         rows = [row for rec in records for row in rec["advantages"]]
         assert torch.count_nonzero(whole) > 0, "right and wrong answers in every group: non-zero advantages"
         for b, (traj, row) in enumerate(zip(trajs, rows, strict=True)):

@@ -10,14 +10,15 @@ import pytest
 import torch
 from datasets import Dataset
 
+from agent_trainers.algorithms.shared.sections import GRPOSettings
 from agent_trainers.algorithms.trl_adapter import trl_vllm
 from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
-from agent_trainers.rollout.training import task_rows
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.algorithms.trl_adapter.trl_vllm import trl_vllm_policy
 from agent_trainers.policies import TransformersPolicy, VLLMPolicy, VLLMServerPolicy, tiny_random_model
 from agent_trainers.rollout import RolloutConfig
+from agent_trainers.rollout.training import task_rows
 from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.agent_trainers.policies.test_vllm_policy import fake_vllm, server  # noqa: F401  (fixtures)
 from tests.agent_trainers.policies.vllm_fakes import FakeLLM
@@ -82,7 +83,8 @@ def make_trainer(tmp_path, tokens=8):
     )  # fmt: skip
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok,
-        train_dataset=Dataset.from_list(rows), rollout_func=fn, algorithm="grpo", advantage="turn",
+        train_dataset=Dataset.from_list(rows), rollout_func=fn, algorithm="grpo",
+        settings=GRPOSettings(advantage="turn"),
     )  # fmt: skip
 
 

@@ -19,12 +19,13 @@ from typing import Any
 import torch
 from datasets import Dataset
 
+from agent_trainers.algorithms.shared.advantages import ESTIMATORS
 from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
-from agent_trainers.rollout.training import task_rows
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
 from agent_trainers.policies import tiny_random_model
 from agent_trainers.rollout import RolloutConfig, trajectory_to_dict
+from agent_trainers.rollout.training import task_rows
 from tests.agent_trainers.algorithms.trl_adapter.test_grpo import ScriptedLookup
 from tests.agent_trainers.conftest import LOOKUP_ID
 from tests.conftest import CAPITALS
@@ -73,7 +74,8 @@ def main() -> None:
     )  # fmt: skip
     trainer = Recorder(
         model=model, reward_funcs=[env_reward], args=config, processing_class=tok,
-        train_dataset=Dataset.from_list(rows), rollout_func=fn, algorithm=args.algorithm, advantage="turn",
+        train_dataset=Dataset.from_list(rows), rollout_func=fn, algorithm=args.algorithm,
+        settings=ESTIMATORS[args.algorithm].settings(advantage="turn"),
     )  # fmt: skip
     trainer.records = []
     before = checksum(trainer.model)

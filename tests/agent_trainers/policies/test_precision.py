@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent_trainers.algorithms.shared import settings
-from agent_trainers.algorithms.shared.settings import bf16_enabled, device_args
+from agent_trainers.algorithms.shared.settings import device_args
+from agent_trainers.policies import device as settings
+from agent_trainers.policies.device import bf16_enabled
 
 
 @pytest.mark.parametrize("native", [False, True])

@@ -1,0 +1,200 @@
+"""One report for every sweep: per-seed rows, the mean over seeds, paired intervals over tasks and seeds, curves.
+
+* :func:`dev_table` - each run on the dev set at its chosen checkpoint (``final`` unless the sweep chooses on
+  dev): the metric with its 95% interval, the paired difference to the run it started from on the same tasks,
+  wins / losses, seconds per RL step, wall time and peak memory; then, per arm, the mean over seeds and the
+  difference paired over tasks and seeds (:func:`~agent_trainers.evaluation.stats.paired_over_seeds`);
+* :func:`test_set_table` - the same on the test set, from the evaluations the protocol made (never otherwise);
+* :func:`change_lines` - one plain line per RL run: what it changed against its start, the metrics whose
+  paired interval excludes 0;
+* :func:`draw_curves` - the dev metric against the RL step, a line per run (95% band), the start level dashed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agent_trainers.evaluation.compare import Run as EvalRun
+from agent_trainers.evaluation.compare import change_statement, load_run, paired
+from agent_trainers.evaluation.records import EpisodeRecord
+from agent_trainers.evaluation.stats import bootstrap_mean, paired_over_seeds
+from agent_trainers.experiments.plan import Run
+from agent_trainers.experiments.protocol import ProtocolError
+
+__all__ = ["change_lines", "dev_eval_folder", "dev_table", "draw_curves", "test_set_table"]
+
+
+def _values(run: EvalRun, metric: str) -> dict[str, float]:
+    return {_key(r): v for r in run.records if (v := r.metric(metric)) is not None}
+
+
+def _key(r: EpisodeRecord) -> str:
+    return f"{r.task_index}:{r.task_id}"
+
+
+def dev_eval_folder(run: Run, step: int | None = None) -> Path:
+    """The dev evaluation folder of ``run`` at ``step`` (None: its last; 0: its start model's)."""
+    if step == 0 and run.start is not None:
+        return dev_eval_folder(run.start)
+    if run.arm.stage.value == "sft" or (step == 0 and run.start is None):
+        return run.folder / "eval" / "after_sft"
+    last = run.config.rl.steps
+    return run.folder / "eval" / ("final" if step in (None, last) else f"rl_step_{step}")
+
+
+def _seconds_per_step(run: Run) -> float | None:
+    path = run.folder / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()] if path.is_file() else []
+    times = [r["step_time"] for r in rows if r.get("stage") == "rl" and "step_time" in r]
+    return statistics.mean(times) if times else None
+
+
+def _table(
+    runs: Sequence[Run],
+    evals: Mapping[str, EvalRun],
+    metric: str,
+    costs: Mapping[str, Mapping[str, float | None]],
+    where: str,
+    steps: Mapping[str, tuple[int, float]] | None = None,
+) -> str:
+    """The rows of a table over ``evals`` (run name -> its evaluation on one set)."""
+    chosen = "| step chosen on dev (dev) " if steps is not None else ""
+    head = (f"| run | seed {chosen}| {where} {metric} [95% CI] | paired Δ vs start [95% CI] | wins / losses | s/step "
+            "| wall min | peak RSS MB |")  # fmt: skip
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for run in runs:
+        ev = evals[run.name]
+        values = list(_values(ev, metric).values())
+        cell = bootstrap_mean(values).format(3)
+        delta, record, seconds = "—", "—", "—"
+        if run.start is not None:
+            comparison = paired(ev, evals[run.start.name], metric)
+            if comparison is None:
+                raise ValueError(f"{run.name} and {run.start.name} share no question with {metric!r}")
+            delta = comparison.difference.format(3, signed=True)
+            record = f"{comparison.wins} / {comparison.losses}"
+            s = _seconds_per_step(run)
+            seconds = "—" if s is None else f"{s:.1f}"
+        cost = costs.get(run.name, {})
+        wall = f"{cost['wall_s'] / 60:.1f}" if cost.get("wall_s") is not None else "—"
+        peak = f"{cost['peak_rss_mb']:,.0f}" if cost.get("peak_rss_mb") is not None else "—"
+        step = ""
+        if steps is not None:
+            k, dev = steps[run.name]
+            step = f"| {k} ({dev:.3f}) " if run.start is not None else "| — "
+        lines.append(f"| {run.arm.name} | {run.seed} {step}| {cell} (n={len(values)}) | {delta} | {record} | "
+                     f"{seconds} | {wall} | {peak} |")  # fmt: skip
+    return "\n".join(lines) + "\n" + _mean_rows(runs, evals, metric, where)
+
+
+def _mean_rows(runs: Sequence[Run], evals: Mapping[str, EvalRun], metric: str, where: str) -> str:
+    """Per arm over its seeds (only with several seeds): the mean of the seeds' means, the pooled paired Δ."""
+    arms = list(dict.fromkeys(r.arm.name for r in runs))
+    seeds = sorted({r.seed for r in runs})
+    if len(seeds) < 2:
+        return ""
+    lines = [
+        "",
+        f"Mean over seeds {seeds} ({where}; Δ paired over tasks and seeds, both resampled):",
+        "",
+        f"| arm | mean {metric} (per seed) | paired Δ vs start [95% CI] | wins / losses |",
+        "|---|---|---|---|",
+    ]
+    for arm in arms:
+        mine = [r for r in runs if r.arm.name == arm]
+        means = [statistics.mean(_values(evals[r.name], metric).values()) for r in mine]
+        per_seed = ", ".join(f"{m:.3f}" for m in means)
+        delta, record = "—", "—"
+        if all(r.start is not None for r in mine):
+            pairs = [(_values(evals[r.name], metric), _values(evals[r.start.name], metric)) for r in mine if r.start]
+            comparison = paired_over_seeds(pairs, metric)
+            delta = comparison.difference.format(3, signed=True)
+            record = f"{comparison.wins} / {comparison.losses}"
+        lines.append(f"| {arm} | {statistics.mean(means):.3f} ({per_seed}) | {delta} | {record} |")
+    return "\n".join(lines) + "\n"
+
+
+def dev_table(
+    runs: Sequence[Run],
+    metric: str,
+    costs: Mapping[str, Mapping[str, float | None]],
+    steps: Mapping[str, tuple[int, float]],
+) -> str:
+    """The dev table: each run at its chosen step (``steps``: run name -> (step, dev value))."""
+    evals = {r.name: load_run(dev_eval_folder(r, steps[r.name][0] if r.start else None)) for r in runs}
+    evals |= {r.start.name: evals[r.start.name] for r in runs if r.start is not None}
+    return _table(runs, evals, metric, costs, "dev", steps)
+
+
+def test_set_table(
+    runs: Sequence[Run],
+    metric: str,
+    costs: Mapping[str, Mapping[str, float | None]],
+    steps: Mapping[str, tuple[int, float]],
+    folders: Mapping[str, Path],
+) -> str:
+    """The test table, from the protocol's test evaluations (``folders``: run name -> its test folder).
+
+    Raises:
+        ProtocolError: A run has no test evaluation made under the frozen choices.
+    """
+    missing = [r.name for r in runs if r.name not in folders]
+    if missing:
+        raise ProtocolError(f"no protocol test evaluation of {', '.join(missing)}")
+    evals = {r.name: load_run(folders[r.name]) for r in runs}
+    return _table(runs, evals, metric, costs, "test", steps)
+
+
+def change_lines(runs: Sequence[Run], metric: str, folder_of: Any) -> list[str]:
+    """``- RL (<arm>) changed ...`` for each run that started from another (``folder_of(run)``: its evaluation)."""
+    out = []
+    for run in runs:
+        if run.start is None:
+            continue
+        mine, start = load_run(folder_of(run)), load_run(folder_of(run.start))
+        seed = f", seed {run.seed}" if len({r.seed for r in runs}) > 1 else ""
+        out.append(f"- {change_statement(f'RL ({run.arm.name}{seed})', mine, start, metrics=(metric, 'answer_rate'))}")
+    return out
+
+
+def draw_curves(runs: Sequence[Run], metric: str, path: Path, title: str) -> Path | None:
+    """The dev metric against the RL step for every RL run (95% band), each start level dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
+    for run in runs:
+        if run.start is None:
+            continue
+        level = bootstrap_mean(list(_values(load_run(dev_eval_folder(run.start)), metric).values()))
+        rows = [json.loads(x) for x in (run.folder / "metrics.jsonl").read_text().split("\n") if x.strip()]
+        evals = [r for r in rows if r.get("stage") == "eval" and metric in r and f"{metric}_low" in r and r["step"] > 0]
+        points = sorted((r["step"], r[metric], r[f"{metric}_low"], r[f"{metric}_high"]) for r in evals)
+        if not points:
+            continue
+        steps, means, lows, highs = zip(*points, strict=True)
+        label = run.arm.name if len({r.seed for r in runs}) == 1 else f"{run.arm.name} seed {run.seed}"
+        line = ax.plot([0, *steps], [level.mean, *means], marker="o", label=label)[0]
+        ax.fill_between([0, *steps], [level.low, *lows], [level.high, *highs], color=line.get_color(), alpha=0.15)
+        ax.axhline(level.mean, color=line.get_color(), linestyle="--", linewidth=0.8)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(f"dev {metric}")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,114 @@
+"""``agent-r1 sweep NAME``: plan a sweep's runs, run them, choose on dev, test once, report.
+
+::
+
+    agent-r1 sweep learn_main --plan                 # the runs, their configs' differences, nothing run
+    agent-r1 sweep learn_main                        # run (or continue) everything, then the report
+    agent-r1 sweep learn_hotpotqa --seeds 0 --set rl.steps=20 --out runs/hotpotqa-short
+
+Everything goes under ``--out`` (default ``runs/<sweep name>``): ``seed<k>/<arm>/`` (each run's folder),
+``costs.json``, ``choices.json`` and ``test_log.json`` (:mod:`.protocol`), ``test/`` (the test evaluations),
+``report.md`` and ``curves.png``. Running it again continues: finished runs and evaluations are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_gym.core.files import write_atomic
+from agent_trainers.experiments.plan import Run, describe, plan_runs
+from agent_trainers.experiments.spec import SweepSpec, load_sweep
+
+__all__ = ["SweepResult", "add_sweep_parser", "run_sweep", "run_sweep_command"]
+
+SWEEP_HELP = "run a sweep (packaged or a file): runs on several seeds, choices on dev, the test set once, a report"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep produced.
+
+    Attributes:
+        runs: Its runs.
+        report: The report's text (``report.md``).
+        curves: The dev curves' plot, if one was drawn.
+    """
+
+    runs: list[Run]
+    report: str
+    curves: Path | None
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    *,
+    name: str = "sweep",
+    overrides: dict[str, Any] | None = None,
+    seeds: Sequence[int] | None = None,
+    runner: Callable[[Run], Any] | None = None,
+    say: Callable[[str], None] = print,
+) -> SweepResult:
+    """Run (or continue) every run, freeze the choices, evaluate the test set once, and write the report."""
+    from agent_trainers.experiments import protocol, report
+    from agent_trainers.experiments import runner as runners
+
+    if seeds is not None:
+        spec = spec.model_copy(update={"seeds": list(seeds)})
+    folder = Path(out)
+    runs = plan_runs(spec, folder, overrides)
+    costs = runners.run_all(runs, folder, runner=runner or runners.run_in_subprocess, say=say)
+    frozen = protocol.freeze_choices(spec, runs, folder)
+    steps = {c["run"]: (c["step"], c["dev"]) for c in frozen["runs"]}
+    parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "
+             f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (choices {frozen['choices']}).", "",
+             "## Dev (every choice is made here)", "", report.dev_table(runs, spec.metric, costs, steps)]  # fmt: skip
+    parts += report.change_lines(runs, spec.metric, lambda r: report.dev_eval_folder(r, steps[r.name][0]))
+    if spec.test is not None:
+        protocol.evaluate_test(spec, runs, folder, say=say)
+        folders = protocol.frozen_test_folders(spec, runs, folder)
+        parts += ["", "## Test (evaluated once, after the choices were frozen)", "",
+                  report.test_set_table(runs, spec.metric, costs, steps, folders)]  # fmt: skip
+        parts += report.change_lines(runs, spec.metric, lambda r: folders[r.name])
+    text = "\n".join(parts) + "\n"
+    write_atomic(folder / "report.md", text)
+    curves = report.draw_curves(runs, spec.metric, folder / "curves.png", f"{name}: dev {spec.metric}")
+    return SweepResult(runs, text, curves)
+
+
+def add_sweep_parser(sub: Any) -> None:
+    """Add ``sweep`` to the ``agent-r1`` sub-commands."""
+    sweep = sub.add_parser("sweep", help=SWEEP_HELP, description=SWEEP_HELP + ".")
+    sweep.add_argument("name", help="a packaged sweep's name (e.g. learn_main) or a sweep file")
+    sweep.add_argument("--plan", action="store_true", help="print the runs without running them")
+    sweep.add_argument("--out", default=None, help="where everything goes (default runs/<name>)")
+    sweep.add_argument("--seeds", default=None, help="comma-separated seeds instead of the sweep's")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+
+
+def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[str]], dict[str, Any]]) -> int:
+    """``agent-r1 sweep``: ``--plan`` prints the runs; otherwise run the sweep and print its report."""
+    spec = load_sweep(args.name)
+    name = Path(args.name).stem
+    out = Path(args.out or f"runs/{name}")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+    overrides = parse_set(args.set)
+    if args.plan:
+        planned = spec if seeds is None else spec.model_copy(update={"seeds": seeds})
+        runs = plan_runs(planned, out, overrides)
+        print(f"{name}: {spec.description.strip()}")
+        test = "none" if spec.test is None else f"{spec.test.env_kwargs} tasks {spec.test.first_task}+{spec.test.tasks}"
+        print(f"dev: {spec.dev.env_kwargs} tasks {spec.dev.first_task}+{spec.dev.tasks}; test: {test}; "
+              f"seeds {planned.seeds}; choose: {spec.choose.value}")  # fmt: skip
+        for line in describe(runs):
+            print(line)
+        return 0
+    result = run_sweep(spec, out, name=name, overrides=overrides, seeds=seeds)
+    print(result.report)
+    if result.curves:
+        print(f"curves: {result.curves}")
+    return 0

@@ -1,0 +1,75 @@
+"""One report for every sweep: per-seed rows with paired intervals, the mean over seeds with an interval paired over
+tasks and seeds, and a whole tiny sweep run in this process."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_trainers.evaluation.stats import paired_difference, paired_over_seeds
+from agent_trainers.experiments import report
+from agent_trainers.experiments.plan import plan_runs
+from agent_trainers.experiments.runner import run_in_process
+from agent_trainers.experiments.spec import SweepSpec
+from agent_trainers.experiments.sweep import run_sweep
+from tests.agent_trainers.evaluation.test_report import folder
+
+
+def test_one_seed_is_the_paired_difference_itself():
+    a, b = {"q0": 1.0, "q1": 0.0, "q2": 1.0}, {"q0": 0.0, "q1": 0.0, "q2": 1.0}
+    assert paired_over_seeds([(a, b)], "em") == paired_difference(a, b, "em")
+
+
+def test_several_seeds_average_over_seeds_and_tasks_and_resample_both():
+    # seed 0: RL wins q0 and q1; seed 1: RL wins q0 only (q1 tied); q2 tied everywhere; the mean of the 6 pairs
+    pairs = [({"q0": 1.0, "q1": 1.0, "q2": 0.0}, {"q0": 0.0, "q1": 0.0, "q2": 0.0}),
+             ({"q0": 1.0, "q1": 0.0, "q2": 1.0, "extra": 1.0}, {"q0": 0.0, "q1": 0.0, "q2": 1.0})]  # fmt: skip
+    c = paired_over_seeds(pairs, "em", resamples=4000)
+    assert c.difference.mean == pytest.approx(3 / 6) and c.difference.n == 6  # 'extra' is not in every pair
+    assert (c.wins, c.losses, c.ties) == (3, 0, 3) and c.a_mean == pytest.approx(4 / 6)
+    assert 0.0 <= c.difference.low < 0.5 < c.difference.high <= 1.0
+    # resampling the seeds too: wider than resampling the questions of the pooled pairs alone
+    rl = {f"{s}{k}": v for s, (a, _) in enumerate(pairs) for k, v in a.items() if k != "extra"}
+    sft = {f"{s}{k}": v for s, (_, b) in enumerate(pairs) for k, v in b.items()}
+    pooled = paired_difference(rl, sft, "em")
+    assert pooled.difference.mean == c.difference.mean
+    with pytest.raises(ValueError, match="share no question"):
+        paired_over_seeds([({"a": 1.0}, {"a": 0.0}), ({"b": 1.0}, {"b": 1.0})], "em")
+
+
+def test_the_dev_table_rows_and_the_mean_over_seeds(tmp_path):
+    arms = [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}]
+    spec = SweepSpec.model_validate(
+        {"recipe": "tiny", "seeds": [0, 1], "dev": {"env_kwargs": {}, "tasks": 4}, "arms": arms}
+    )
+    runs = plan_runs(spec, tmp_path)
+    ems = {"sft/seed0": [1, 0, 0, 0], "grpo/seed0": [1, 1, 0, 0], "sft/seed1": [0, 0, 0, 0], "grpo/seed1": [1, 0, 1, 0]}
+    for run in runs:
+        target = report.dev_eval_folder(run)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        folder(tmp_path, run.name.replace("/", "_"), "calc", ems[run.name]).rename(target)
+    steps = {r.name: (0 if r.start is None else 2, 0.5) for r in runs}
+    costs = {"grpo/seed0": {"wall_s": 90.0, "peak_rss_mb": 6205.0}}
+    text = report.dev_table(runs, "em", costs, steps)
+    lines = text.splitlines()
+    assert lines[0].startswith("| run | seed | step chosen on dev (dev) | dev em [95% CI] | paired Δ vs start")
+    assert lines[2].startswith("| sft | 0 | — | 0.250 [") and lines[2].endswith("| — | — | — | — | — |")
+    assert lines[3].startswith("| grpo | 0 | 2 (0.500) | 0.500 [") and "| +0.250 [" in lines[3]
+    assert lines[3].endswith("| 1 / 0 | — | 1.5 | 6,205 |")
+    assert "| grpo | 0.500 (0.500, 0.500) | +0.375 [" in text and "| 3 / 0 |" in text  # 3 wins of 8 pairs
+
+
+def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread):
+    spec = SweepSpec.model_validate({
+        "recipe": "tiny", "set": {"sft.episodes": 2, "rl.steps": 2, "eval.every": 1, "rl.save_steps": 1},
+        "metric": "f1", "seeds": [0], "choose": "best_dev",
+        "dev": {"env_kwargs": {"split": "test"}, "tasks": 2}, "test": {"env_kwargs": {"split": "test"},
+        "first_task": 2, "tasks": 2}, "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}],
+    })  # fmt: skip
+    said: list[str] = []
+    first = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)
+    assert "## Dev (every choice is made here)" in first.report and "## Test (evaluated once" in first.report
+    assert (tmp_path / "test" / "grpo" / "seed0" / "summary.json").is_file()
+    assert any("test 2/2: grpo/seed0" in line for line in said)
+    said.clear()
+    again = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)  # everything is kept
+    assert again.report == first.report and all("skipped" in line for line in said)
