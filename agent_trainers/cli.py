@@ -11,7 +11,7 @@ from typing import Any
 from agent_trainers.errors import one_line
 from agent_trainers.pipeline import cli as pipeline_cli
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _add_sweep(sub: Any) -> None:
@@ -30,9 +30,18 @@ def _run_sweep(args: argparse.Namespace) -> int:
         return 1
 
 
+COMMANDS: dict[str, pipeline_cli.Command] = {"sweep": (_add_sweep, _run_sweep)}
+"""The sub-commands of the layers above the pipeline."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``agent-r1``, every sub-command included."""
+    return pipeline_cli.build_parser(COMMANDS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agent-r1`` console script."""
-    return pipeline_cli.main(argv, extra={"sweep": (_add_sweep, _run_sweep)})
+    return pipeline_cli.main(argv, extra=COMMANDS)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ declare -A PATTERNS=(
          agent_gym.tools.calculator.* agent_gym.core.noise.* agent_gym.testing.*"
   # whole modules: the estimators, the tensors, PPO's pure functions; of the tokeniser, the engine and the
   # trainers only the functions that build token ids and masks, place rewards and KL, and assemble the loss
-  [trainer]="agent_trainers.algorithms.shared.advantages.* agent_trainers.algorithms.shared.tensors.*
+  [trainer]="agent_trainers.algorithms.shared.advantages.* agent_trainers.algorithms.shared.batch.*
              agent_trainers.algorithms.ppo.core.*
              agent_trainers.rollout.chat.x_tokenize_chat__mutmut_*
              agent_trainers.rollout.chat.xǁChatTokenizerǁenv_text__mutmut_*
@@ -53,7 +53,9 @@ declare -A PATTERNS=(
              agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁ_batch__mutmut_*
              agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁ_scored__mutmut_*
              agent_trainers.algorithms.ppo.trainer.xǁPPOTrainerǁ_micro_loss__mutmut_*
-             agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_compute_loss__mutmut_*
+             agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁcompute_loss__mutmut_*
+             agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_drop_signal_free_update__mutmut_*
+             agent_trainers.algorithms.trl_adapter.scoring.*
              agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_generate_and_score_completions__mutmut_*
              agent_trainers.algorithms.trl_adapter.grpo.xǁAgentGRPOTrainerǁ_token_kl__mutmut_*"
 )

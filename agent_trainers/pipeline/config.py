@@ -497,15 +497,18 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
 
 def _carry_section(data: dict[str, Any], old: str, new: str) -> None:
     """``--set algorithm=NEW`` on a config written for ``old``: its section's settings that ``new`` reads carry
-    over to ``new``'s section (under the ones set there explicitly); the rest are left behind, said in one line
-    (:meth:`TrainConfig.with_algorithm` does the same on a validated config)."""
+    over to ``new``'s section (under the ones set there explicitly); the rest are left behind, and those set away
+    from their defaults are named in one line (:meth:`TrainConfig.with_algorithm` does the same on a validated
+    config)."""
     known = {a.value for a in ALGORITHM_SECTIONS}
     if old == new or old not in known or new not in known or not isinstance(data.get(old), dict):
         return
     section = data.pop(old)
-    kept = carried_over(ALGORITHM_SECTIONS[Algorithm(old)], ALGORITHM_SECTIONS[Algorithm(new)])
+    old_type = ALGORITHM_SECTIONS[Algorithm(old)]
+    kept = carried_over(old_type, ALGORITHM_SECTIONS[Algorithm(new)])
     explicit = data.get(new) if isinstance(data.get(new), dict) else {}
     data[new] = {**{k: v for k, v in section.items() if k in kept}, **explicit}
-    left = [f"{old}.{k}" for k in section if k not in kept]
+    defaults = old_type().model_dump(mode="json")
+    left = [f"{old}.{k}" for k, v in section.items() if k not in kept and v != defaults.get(k)]
     if left:
         print(f"[config] algorithm {new} does not read {', '.join(left)}: left behind", file=sys.stderr, flush=True)

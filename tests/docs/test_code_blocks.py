@@ -23,6 +23,7 @@ import configparser
 import contextlib
 import importlib.util
 import io
+import operator
 import os
 import re
 import shlex
@@ -42,20 +43,9 @@ FENCE = re.compile(r"^( *)```([\w-]*)[ \t]*$")
 MARKER = re.compile(r"^<!-- (not-run|run-by|run-with): (.+?) -->$")
 RUN_KINDS = {"python", "bash", "console", "yaml"}
 README_MAX_LINES = 250
-# docs/learning.md and docs/algorithms.md are the record of a running experiment, edited only by it: the
-# reasons for their blocks that no test runs live here, keyed by (page, first line of the block).
-EXPERIMENT_MARKS = {
-    ("docs/learning.md", "episodes 16, trained tokens 1016, lr 5e-06"): (
-        "the output benchmarks/update_direction.py printed, recorded"
-    ),
-    ("docs/learning.md", "# the RL stage (from the SFT stage of the first round, runs/learning/sft)"): (
-        "it builds its commands from shell variables ($common, $kw3); the same benchmark and eval options "
-        "are checked in the page's other blocks"
-    ),
-    ("docs/algorithms.md", "agent-r1 train --config configs/tiny.yaml --set algorithm=X --set output_dir=DIR"): (
-        "a template: X and DIR stand for an algorithm and a folder"
-    ),
-}
+# The reasons for blocks that no test runs and whose page must not carry a marker (none at present), keyed by
+# (page, first line of the block).
+EXPERIMENT_MARKS: dict[tuple[str, str], str] = {}
 # imports that only an optional extra provides: a page that needs a missing one skips, naming it
 OPTIONAL_MODULES = {"verifiers", "skyrl_gym", "openenv", "ray", "textworld", "fastapi", "uvicorn"}
 
@@ -252,7 +242,8 @@ def parses(parser: Any, argv: list[str]) -> Any:
 
 
 def check_agent_r1(args: list[str]) -> None:
-    from agent_trainers.pipeline.cli import build_parser, main, parse_set
+    from agent_trainers.cli import build_parser
+    from agent_trainers.pipeline.cli import main, parse_set
 
     if args[0] == "eval":
         from agent_trainers.pipeline.eval_commands import build_eval_parser, env_kwargs_from_args, eval_rollout
@@ -275,6 +266,13 @@ def check_agent_r1(args: list[str]) -> None:
             from agent_trainers.pipeline.config import load_config
 
             load_config(ns.config, parse_set(ns.set))
+        elif ns.command == "sweep":
+            from agent_trainers.experiments import load_sweep, plan_runs
+
+            spec = load_sweep(ns.name)
+            if ns.seeds:
+                spec = spec.model_copy(update={"seeds": [int(s) for s in ns.seeds.split(",")]})
+            assert plan_runs(spec, ns.out or "runs/sweep", parse_set(ns.set))
         elif ns.command == "envs":
             with contextlib.redirect_stdout(io.StringIO()) as out:
                 assert main(["envs"]) == 0
@@ -460,6 +458,5 @@ def test_yaml_blocks_are_valid_config_sections(page: str):
     for block in (b for b in BLOCKS if b.page == page and runs(b, "yaml")):
         config = load_config(ROOT / "configs" / "tiny.yaml", dotted(yaml.safe_load(block.body)))
         for key, value in dotted(yaml.safe_load(block.body)).items():
-            section, _, field = key.rpartition(".")
-            got = getattr(getattr(config, section) if section else config, field)
+            got = operator.attrgetter(key)(config)
             assert got == value or str(got) == str(value), f"{block.where}: {key} is {got!r}, the page says {value!r}"

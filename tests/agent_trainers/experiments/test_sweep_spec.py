@@ -77,3 +77,14 @@ def test_seeds_arms_algorithms_and_settings_are_typed_copies(tmp_path):
     assert all(r.config.rl.steps == 4 and r.config.rl.learning_rate == 0.003 for r in runs)
     with pytest.raises(ValueError, match=r"rl\.stepz: not a setting"):
         plan_runs(spec(arms=[{"name": "a", "set": {"rl.stepz": 1}}]), tmp_path)
+
+
+def test_the_sweep_of_docs_experiments_md_is_valid_and_plans(tmp_path):
+    import yaml
+
+    from tests.docs.test_code_blocks import BLOCKS
+
+    (block,) = [b for b in BLOCKS if b.page == "docs/experiments.md" and b.lang == "yaml"]
+    sweep = SweepSpec.model_validate(yaml.safe_load(block.body))
+    runs = plan_runs(sweep, tmp_path)
+    assert len(runs) == 12 and runs[-1].config.algorithm == "ppo" and runs[-1].config.seed == 2
