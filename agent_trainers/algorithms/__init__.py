@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     from agent_trainers.algorithms.shared.sections import GRPOSettings as GRPOSettings
     from agent_trainers.algorithms.shared.sections import ReinforcePPBaselineSettings as ReinforcePPBaselineSettings
     from agent_trainers.algorithms.shared.sections import ReinforcePPSettings as ReinforcePPSettings
+    from agent_trainers.algorithms.shared.sections import RFTSettings as RFTSettings
     from agent_trainers.algorithms.shared.sections import RLOOSettings as RLOOSettings
     from agent_trainers.algorithms.shared.sections import TRLSettings as TRLSettings
     from agent_trainers.algorithms.shared.settings import ReportTo as ReportTo
@@ -75,6 +76,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "GiGPOSettings",
             "RLOOSettings",
             "ReinforcePPBaselineSettings",
+            "RFTSettings",
             "ReinforcePPSettings",
             "TRLSettings",
         ],

@@ -2,7 +2,7 @@
 
 Example (``configs/tiny.yaml``, abridged)::
 
-    algorithm: grpo            # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gigpo | ppo
+    algorithm: grpo            # grpo | rloo | reinforce_pp | reinforce_pp_baseline | gigpo | ppo | rft
     device: auto               # auto (a GPU when present) | cpu | cuda
     report_to: none            # none | tensorboard | wandb
     model: {name: tiny-random} # smollm2 | tiny-random | a checkpoint folder | a Hugging Face id
@@ -48,6 +48,7 @@ from agent_trainers.algorithms.shared.sections import (
     GRPOSettings,
     ReinforcePPBaselineSettings,
     ReinforcePPSettings,
+    RFTSettings,
     RLOOSettings,
     TRLSettings,
     carried_over,
@@ -173,8 +174,9 @@ class TrainConfig(_Section):
     output_dir: str = "runs/agent-r1"
     """Metrics (JSONL), plots, checkpoints and the final model go here."""
     algorithm: Algorithm = Algorithm.GRPO
-    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``, ``gigpo`` or ``ppo``; what
-    it alone reads goes in the section of that name (e.g. ``grpo:``)."""
+    """The RL algorithm: ``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``, ``gigpo``, ``ppo``, or
+    ``rft`` (rejection-sampling fine-tuning, the non-RL baseline); what it alone reads goes in the section of that
+    name (e.g. ``grpo:``)."""
     device: Device = Device.AUTO
     """``auto`` (a CUDA GPU when present, else the CPU), ``cpu`` or ``cuda``."""
     bf16: bool | None = None
@@ -203,6 +205,8 @@ class TrainConfig(_Section):
     """``reinforce_pp_baseline``'s own settings."""
     gigpo: GiGPOSettings | None = None
     """``gigpo``'s own settings."""
+    rft: RFTSettings | None = None
+    """``rft``'s own settings (rejection-sampling fine-tuning, the non-RL baseline)."""
     ppo: PPOConfig | None = None
     """``ppo``'s own settings (its hyperparameters)."""
 

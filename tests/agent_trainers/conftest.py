@@ -73,7 +73,9 @@ def advantages_of(batch: Any, algorithm: str, *, kl_coef: float = 0.0, kl: Any =
     ``gamma``, ``scale_rewards``, ``step_weight``, ...); ``advantage`` defaults to ``outcome`` here."""
     from agent_trainers.algorithms.shared.advantages import ESTIMATORS, compute_advantages
 
-    settings = (
-        ESTIMATORS[algorithm].settings(**{"advantage": "outcome", **section}) if algorithm in ESTIMATORS else None
-    )
+    if algorithm not in ESTIMATORS:
+        return compute_advantages(batch, algorithm, None, kl_coef=kl_coef, kl=kl)
+    section_type = ESTIMATORS[algorithm].settings
+    given = {"advantage": "outcome", **section}  # rft has no advantage mode: its section takes what it has
+    settings = section_type(**{k: v for k, v in given.items() if k in section_type.model_fields})
     return compute_advantages(batch, algorithm, settings, kl_coef=kl_coef, kl=kl)

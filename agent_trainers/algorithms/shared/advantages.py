@@ -75,8 +75,10 @@ from agent_trainers.algorithms.shared.batch import AgentBatch, discounted_return
 from agent_trainers.algorithms.shared.names import AdvantageMode, Algorithm, ScaleRewards
 from agent_trainers.algorithms.shared.sections import (
     ESTIMATOR_SECTIONS,
+    EstimatorSettings,
     GiGPOSettings,
     GRPOSettings,
+    RFTSettings,
     TRLSettings,
 )
 
@@ -238,7 +240,7 @@ def grpo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, setting
 
 
 @register(Algorithm.RLOO)
-def rloo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: TRLSettings) -> torch.Tensor:
+def rloo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: EstimatorSettings) -> torch.Tensor:
     """Leave-one-out: subtract the mean episode return (turn mode: turn value) of the other group members."""
     if settings.advantage is AdvantageMode.TURN:
         return values - _step_baselines(values, batch, leave_one_out=True, scale=ScaleRewards.NONE, eps=EPS)[0]
@@ -249,14 +251,16 @@ def rloo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, setting
 
 
 @register(Algorithm.REINFORCE_PP)
-def reinforce_pp(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: TRLSettings) -> torch.Tensor:
+def reinforce_pp(
+    values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: EstimatorSettings
+) -> torch.Tensor:
     """Global batch normalisation over every model token of the batch."""
     return _whiten(values, batch.model_mask, EPS)
 
 
 @register(Algorithm.REINFORCE_PP_BASELINE)
 def reinforce_pp_baseline(
-    values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: TRLSettings
+    values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: EstimatorSettings
 ) -> torch.Tensor:
     """Group-mean baseline, then global batch normalisation over model tokens."""
     if settings.advantage is AdvantageMode.TURN:
@@ -278,6 +282,20 @@ def gigpo(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settin
     return episode + settings.step_weight * (turn_value - baseline) / divisor  # a turn's env tokens share its advantage
 
 
+@register(Algorithm.RFT)
+def rft(values: torch.Tensor, returns: torch.Tensor, batch: AgentBatch, settings: RFTSettings) -> torch.Tensor:
+    """Rejection sampling: 1 on every token of a kept episode (its undiscounted return above ``threshold``; with
+    ``best_of_group`` only its group's best, the earliest on a tie), 0 elsewhere."""
+    kept = batch.scores > settings.threshold
+    if settings.best_of_group:
+        g = batch.group_size
+        best = torch.zeros_like(kept)
+        first = batch.scores.view(-1, g).argmax(dim=1) + torch.arange(0, kept.shape[0], g, device=kept.device)
+        best[first] = True
+        kept = kept & best
+    return kept.to(values.dtype)[:, None].expand_as(values)
+
+
 def compute_advantages(
     batch: AgentBatch,
     algorithm: Algorithm | str,
@@ -292,8 +310,8 @@ def compute_advantages(
         batch: From :meth:`~agent_trainers.algorithms.shared.batch.AgentBatch.from_trajectories`.
         algorithm: A registered estimator name (an :class:`Algorithm`).
         settings: The algorithm's section (:mod:`.sections`); its ``advantage`` (outcome or turn) and ``gamma``
-            (per turn), and whatever the estimator reads of it (``scale_rewards``, ``step_weight``). None: the
-            section's defaults.
+            (per turn) where it has them (else outcome, undiscounted), and whatever the estimator reads of it
+            (``scale_rewards``, ``step_weight``, ``threshold``). None: the section's defaults.
         kl_coef: ``beta`` of the KL penalty in the reward (estimators with ``kl_in_reward`` only).
         kl: ``(B, T)`` per-token KL estimates; required when ``kl_coef > 0`` for such estimators.
 
@@ -316,8 +334,8 @@ def compute_advantages(
         if kl is None:
             raise ValueError(f"{name} with a KL coefficient needs the per-token KL (kl=...)")
         rewards = rewards - kl_coef * kl * batch.model_mask
-    returns_to_go = discounted_returns(rewards, batch.turn_index, settings.gamma)
+    returns_to_go = discounted_returns(rewards, batch.turn_index, getattr(settings, "gamma", 1.0))
     returns = returns_to_go[:, 0] if returns_to_go.shape[1] else rewards.new_zeros(rewards.shape[0])
-    turn = settings.advantage is AdvantageMode.TURN
+    turn = getattr(settings, "advantage", AdvantageMode.OUTCOME) is AdvantageMode.TURN
     values = returns_to_go if turn else returns[:, None].expand_as(returns_to_go)
     return est.fn(values, returns, batch, settings) * batch.valid

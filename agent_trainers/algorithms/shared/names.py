@@ -26,6 +26,9 @@ class Algorithm(StrEnum):
     """GiGPO: GRPO's episode advantage plus a step advantage over turns taken from the same (anchor) state."""
     PPO = "ppo"
     """PPO: a critic, GAE over agent tokens (its own trainer, :mod:`agent_trainers.algorithms.ppo`)."""
+    RFT = "rft"
+    """Rejection-sampling fine-tuning (online): each step samples what an RL step samples, keeps the episodes whose
+    return passes a threshold and takes one supervised step on their model tokens - the non-RL baseline."""
 
 
 class ScaleRewards(StrEnum):

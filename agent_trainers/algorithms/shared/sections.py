@@ -8,11 +8,13 @@ is an unknown key ("did you mean ...?"), never a value silently ignored::
     rl: {steps: 8, num_generations: 8, prompts_per_step: 2, learning_rate: 5.0e-6}
     gigpo: {advantage: turn, step_weight: 0.5, anchor: observation, micro_batch: 8}
 
-The classes form one family: :class:`TRLSettings` (what TRL's ``GRPOTrainer`` and every estimator on it read),
+The classes form one family: :class:`TRLSettings` (what TRL's ``GRPOTrainer`` reads for every algorithm on it),
+:class:`EstimatorSettings` (what every policy-gradient estimator reads: the advantage mode and the discount),
 :class:`GroupBaselineSettings` (estimators with a group baseline, for which a tied group carries no signal),
-then one class per algorithm. Each class also says, as class attributes, whether its estimator takes the KL
-into the reward (``kl_in_reward``; else ``rl.beta`` is TRL's KL term in the loss) and the smallest group it is
-defined for. PPO's section is :class:`~agent_trainers.algorithms.ppo.PPOConfig` (its own room).
+then one class per algorithm; :class:`RFTSettings` (rejection-sampling fine-tuning) reads no advantage. Each
+class also says, as class attributes, whether its estimator takes the KL into the reward (``kl_in_reward``; else
+``rl.beta`` is TRL's KL term in the loss) and the smallest group it is defined for. PPO's section is
+:class:`~agent_trainers.algorithms.ppo.PPOConfig` (its own room).
 
 Adding a setting to an estimator: one field here, read by its function in :mod:`.advantages`.
 """
@@ -34,9 +36,11 @@ from agent_trainers.algorithms.shared.names import (
 
 __all__ = [
     "ESTIMATOR_SECTIONS",
+    "EstimatorSettings",
     "GRPOSettings",
     "GiGPOSettings",
     "GroupBaselineSettings",
+    "RFTSettings",
     "RLOOSettings",
     "ReinforcePPBaselineSettings",
     "ReinforcePPSettings",
@@ -46,7 +50,7 @@ __all__ = [
 
 
 class TRLSettings(BaseModel):
-    """What every algorithm trained through TRL's ``GRPOTrainer`` reads (its trainer's and its estimator's).
+    """What every algorithm trained through TRL's ``GRPOTrainer`` reads of its trainer.
 
     A pydantic model (frozen): fields are checked when it is built, each field's docstring is its help text.
     """
@@ -70,19 +74,24 @@ class TRLSettings(BaseModel):
     whatever the SFT stage left (TRL's SFT turns it on)."""
     loss_type: LossType = LossType.DAPO
     """TRL's loss aggregation."""
-    advantage: AdvantageMode = AdvantageMode.TURN
-    """``outcome`` (one value per rollout) or ``turn`` (per-turn returns-to-go from process rewards). For
-    ``gigpo`` it values the turns its step advantage compares (``turn``: their returns-to-go, the paper's;
-    ``outcome``: their episode's return); its episode advantage is the outcome one either way."""
-    gamma: float = Field(default=1.0, gt=0, le=1)
-    """Per-turn discount of returns."""
     vllm: VLLMMode = VLLMMode.NONE
     """Generate RL rollouts with TRL's vLLM engine: ``none``, ``colocate`` or ``server`` (experimental, GPU)."""
     vllm_server_url: str = "http://127.0.0.1:8000"
     """The ``trl vllm-serve`` server (``vllm: server``)."""
 
 
-class GroupBaselineSettings(TRLSettings):
+class EstimatorSettings(TRLSettings):
+    """What every policy-gradient estimator reads: what an advantage judges, and the discount."""
+
+    advantage: AdvantageMode = AdvantageMode.TURN
+    """``outcome`` (one value per rollout) or ``turn`` (per-turn returns-to-go from process rewards). For
+    ``gigpo`` it values the turns its step advantage compares (``turn``: their returns-to-go, the paper's;
+    ``outcome``: their episode's return); its episode advantage is the outcome one either way."""
+    gamma: float = Field(default=1.0, gt=0, le=1)
+    """Per-turn discount of returns."""
+
+
+class GroupBaselineSettings(EstimatorSettings):
     """An estimator with a group baseline: a group whose returns all tie carries no signal for it."""
 
     dynamic_sampling: bool = False
@@ -119,7 +128,7 @@ class RLOOSettings(GroupBaselineSettings):
     min_group_size: ClassVar[int] = 2
 
 
-class ReinforcePPSettings(TRLSettings):
+class ReinforcePPSettings(EstimatorSettings):
     """``reinforce_pp`` (Hu, 2025): global batch normalisation, no group baseline; ``rl.beta``'s KL in the
     reward."""
 
@@ -133,12 +142,26 @@ class ReinforcePPBaselineSettings(GroupBaselineSettings):
     kl_in_reward: ClassVar[bool] = True
 
 
+class RFTSettings(TRLSettings):
+    """``rft``: rejection-sampling fine-tuning, online (the non-RL baseline RL is read against). Each step samples the
+    episodes an RL step would, keeps those whose return (the sum of the env's rewards) exceeds ``threshold``, and
+    takes one supervised step on their model tokens: the advantage is 1 on a kept episode's tokens and 0 elsewhere,
+    and at ratio 1 TRL's clipped loss is then the kept episodes' negative log-likelihood. ``rl.beta`` is TRL's KL
+    term in the loss."""
+
+    threshold: float = 0.0
+    """An episode is kept when its return exceeds this (e.g. 0.5 with an exact-match reward of 1: a right answer)."""
+    best_of_group: bool = False
+    """Keep at most one episode per task: the group's best, when it passes ``threshold`` (the earliest on a tie)."""
+
+
 ESTIMATOR_SECTIONS: dict[Algorithm, type[TRLSettings]] = {
     Algorithm.GRPO: GRPOSettings,
     Algorithm.RLOO: RLOOSettings,
     Algorithm.REINFORCE_PP: ReinforcePPSettings,
     Algorithm.REINFORCE_PP_BASELINE: ReinforcePPBaselineSettings,
     Algorithm.GIGPO: GiGPOSettings,
+    Algorithm.RFT: RFTSettings,
 }
 """The section of each algorithm whose advantages an estimator makes (all trained through TRL); PPO's
 section lives in its own room."""

@@ -198,3 +198,17 @@ def test_registry_and_argument_errors(batch):
         compute_advantages(batch, "gigpo", GRPOSettings())
     with pytest.raises(ValueError, match="rloo needs groups of at least 2"):
         advantages_of(AgentBatch.from_trajectories([traj([(0, 1, 1)], [1.0], [1])], group_size=1, width=1), "rloo")
+
+
+def test_rft_keeps_the_episodes_whose_return_passes_the_threshold(batch):
+    # undiscounted scores [1.2, 0.4, 1.0, 0.0]: above 0.5 rows 0 and 2; the groups' best: rows 0 and 2 again
+    from agent_trainers.algorithms import RFTSettings
+
+    kept = compute_advantages(batch, "rft", RFTSettings(threshold=0.5))
+    valid = batch.valid.float()
+    assert torch.equal(kept, valid * torch.tensor([1.0, 0.0, 1.0, 0.0])[:, None])
+    loose = compute_advantages(batch, "rft", RFTSettings(threshold=-1.0))
+    assert torch.equal(loose, valid)  # every episode passes
+    best = compute_advantages(batch, "rft", RFTSettings(threshold=-1.0, best_of_group=True))
+    assert torch.equal(best, valid * torch.tensor([1.0, 0.0, 1.0, 0.0])[:, None])  # one per group: its best
+    assert not ESTIMATORS["rft"].kl_in_reward

@@ -100,8 +100,14 @@ def make_trainer(
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
         rollout_func=fn, algorithm=algorithm, step_samples=step_samples,
-        settings=ESTIMATORS[algorithm].settings(advantage=advantage, gamma=gamma, **section),
+        settings=section_of(algorithm, advantage=advantage, gamma=gamma, **section),
     )  # fmt: skip
+
+
+def section_of(algorithm, **settings):
+    """The algorithm's section with the given settings it has (rft has no advantage mode and no discount)."""
+    section = ESTIMATORS[algorithm].settings
+    return section(**{k: v for k, v in settings.items() if k in section.model_fields})
 
 
 def inputs_for(trainer, tasks):
