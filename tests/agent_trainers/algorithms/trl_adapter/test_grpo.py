@@ -117,16 +117,16 @@ def inputs_for(trainer, tasks):
 
 @pytest.mark.parametrize("algorithm", sorted(ESTIMATORS))
 def test_advantages_come_from_the_registry_on_the_trajectories_trl_passed_in(tmp_path, algorithm):
-    trainer = make_trainer(tmp_path, algorithm, "turn", scripted)
+    keep = {"threshold": 0.5} if algorithm == "rft" else {}  # rft: keep the right answers (reward 1)
+    trainer = make_trainer(tmp_path, algorithm, "turn", scripted, **keep)
     trainer.model.train()
     inputs = inputs_for(trainer, [0, 1])
     out = trainer._generate_and_score_completions(inputs)
     trajs = [row["trajectory"] for row in inputs]  # TRL merged the rollout's fields into the rows
     assert [t.task_index for t in trajs] == [0, 0, 1, 1] and all(len(t.turns) == 2 for t in trajs)
     width = out["completion_ids"].shape[1]
-    expected = advantages_of(
-        AgentBatch.from_trajectories(trajs, group_size=2, width=width), algorithm, advantage="turn"
-    )
+    batch = AgentBatch.from_trajectories(trajs, group_size=2, width=width)
+    expected = advantages_of(batch, algorithm, advantage="turn", **keep)
     assert out["advantages"].shape == out["completion_ids"].shape
     assert torch.equal(out["advantages"], expected)
     # the correct answerer (even row) beats the wrong one on the answer turn of the same task
@@ -217,7 +217,7 @@ def test_loss_mask_switch_changes_exactly_the_mask(tmp_path, algorithm):
 
 @pytest.mark.parametrize(
     ("algorithm", "beta"),
-    [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0), ("gigpo", 0.0)],
+    [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0), ("gigpo", 0.0), ("rft", 0.0)],
 )
 def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
     trainer = make_trainer(  # the real TransformersPolicy
