@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -44,6 +45,20 @@ def load_script(relative: str, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_agent_r1(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``agent-r1 ARGS`` typed in the folder ``cwd``: the console script of this interpreter's environment.
+
+    ``PYTHONPATH`` names this checkout, so the code under test is the one imported (a git worktree shares the
+    main checkout's venv and its editable install); like the console script, nothing puts ``cwd`` on
+    ``sys.path``.
+    """
+    script = Path(sys.executable).parent / "agent-r1"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run(
+        [str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="session")

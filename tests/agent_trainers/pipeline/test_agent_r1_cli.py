@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from agent_trainers.pipeline.cli import main
-from tests.conftest import LookupEnv
+from agent_trainers.pipeline.config import PACKAGED_CONFIGS
+from tests.conftest import LookupEnv, run_agent_r1
 
 ENV_ID = "Test/CLILookup-v0"
 if ENV_ID not in gym.registry:
@@ -198,6 +199,25 @@ def test_a_packaged_config_is_taken_by_name_from_any_folder(tmp_path, capsys, mo
     assert yaml.safe_load(capsys.readouterr().out)["output_dir"] == "runs/tiny"
     assert main(["train", "--config", "tiny", "--print-config"]) == 2  # the file 'tiny' has no .yaml suffix
     assert "must end in .yaml" in capsys.readouterr().err
+
+
+def test_the_guides_config_path_works_after_a_pip_install(tmp_path):
+    """getting_started.md's ``agent-r1 train --config configs/tiny.yaml`` typed in a folder without ``configs/``
+    (a pip install) stopped with "no config file 'configs/tiny.yaml' (and no packaged config of that name: ...,
+    tiny)" (issue 41.1): the path's file name is a packaged config's, so that one is read, and named."""
+    done = run_agent_r1("train", "--config", "configs/tiny.yaml", "--print-config", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["model"]["name"] == "tiny-random"
+    packaged = PACKAGED_CONFIGS / "tiny.yaml"
+    assert done.stderr.splitlines() == [
+        f"config: 'configs/tiny.yaml' does not exist here; using the packaged tiny.yaml ({packaged})"
+    ]
+    (tmp_path / "configs").mkdir()  # a file at the path itself wins, silently
+    (tmp_path / "configs" / "tiny.yaml").write_text("seed: 7\n")
+    mine = run_agent_r1("train", "--config", "configs/tiny.yaml", "--print-config", cwd=tmp_path)
+    assert yaml.safe_load(mine.stdout)["seed"] == 7 and mine.stderr == ""
+    missing = run_agent_r1("train", "--config", "configs/tinyy.yaml", cwd=tmp_path)  # no packaged config's name
+    assert missing.returncode == 2 and "no config file 'configs/tinyy.yaml'" in missing.stderr
 
 
 def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):
