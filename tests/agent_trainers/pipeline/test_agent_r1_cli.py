@@ -277,6 +277,17 @@ def test_a_core_install_names_the_extra_a_command_needs_in_one_line(args, messag
     assert "pip install 'agent-r1-gym[train]'" in done.stderr
 
 
+def test_a_module_error_raised_without_a_name_keeps_its_own_text():
+    """Gymnasium re-raises a failed ``module:id`` import as ``ModuleNotFoundError(text)`` with no ``name``: the
+    one-line message printed "No module named ''" (issue 41.2)."""
+    from agent_trainers.errors import missing_extra
+
+    gymnasium_style = ModuleNotFoundError("No module named 'unit_env'. Environment registration via importing failed")
+    assert missing_extra(gymnasium_style) == "No module named 'unit_env'. Environment registration via importing failed"
+    named = ModuleNotFoundError("No module named 'trl'", name="trl")
+    assert missing_extra(named).startswith("No module named 'trl': this command needs the train extra")
+
+
 def test_a_core_install_lists_the_envs_and_its_version():
     for args, expected in ((["envs"], "AgentR1/Calculator-v0"), (["--version"], "agent-r1 ")):
         done = subprocess.run([sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120)
