@@ -9,13 +9,16 @@ Two families:
   the ~1,000 recursion limit too), :func:`repeated_tag_actions` (one tag
   repeated up to 20,000 times), :func:`megabyte_actions` (1 MiB of one
   shape), :func:`mixed_call_actions` (valid and malformed calls in one
-  action, more than four of them); :func:`actions` draws from all of them
-  plus random text;
+  action, more than four of them), :func:`odd_argument_actions` (calls whose
+  arguments are empty, whitespace-only, missing or of the wrong type);
+  :func:`actions` draws from all of them plus random text;
 * actions that **reach the whole MDP**: :func:`next_action` draws the next
   action from the env's *current* state - calls with the tools' real argument
-  names and values (words of the question and of the last result), the
-  oracle's evidence-finding call, the gold answer and near misses, answers
-  that end the episode, and now and then a hostile action;
+  names and values (words of the question and of the last result), the same
+  calls with one argument empty, whitespace-only, missing or wrongly typed
+  (:func:`odd_tool_arguments`), the oracle's evidence-finding call, the gold
+  answer and near misses, answers that end the episode, and now and then a
+  hostile action;
   :func:`play_episode` plays a whole episode with them and labels its
   coverage with :func:`hypothesis.event` / :func:`hypothesis.target`.
 
@@ -39,7 +42,7 @@ import json
 import math
 import re
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +52,12 @@ try:
     from hypothesis import event, target
     from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - exercised only without the test extra
-    raise ImportError("agent_gym.testing.strategies needs hypothesis: pip install 'agent-r1-gym[test]'") from exc
+    raise ImportError("agent_gym.testing.strategies needs hypothesis: pip install 'agent-r1-gym[testing]'") from exc
 
 from agent_gym.core.env import ToolEnv
 from agent_gym.core.history import Message, Role, ToolCall, ToolResult
 from agent_gym.core.tool import Tool
+from agent_gym.testing.arguments import odd_arguments, odd_values
 
 __all__ = [
     "MIB",
@@ -67,6 +71,8 @@ __all__ = [
     "megabyte_actions",
     "mixed_call_actions",
     "next_action",
+    "odd_argument_actions",
+    "odd_tool_arguments",
     "play_episode",
     "repeated_tag_actions",
     "schema_arguments",
@@ -205,10 +211,31 @@ def mixed_call_actions(
     return st.lists(block, min_size=1, max_size=7).map("".join)
 
 
-def hostile_actions(
-    tool_names: Sequence[str] = ("search",), arg_names: Sequence[str] = ("query",)
+def odd_argument_actions(
+    tool_names: Sequence[str] = ("search",), arg_names: Sequence[str] = ("query",), *, tools: Iterable[Tool] = ()
 ) -> st.SearchStrategy[str]:
-    """Any of the hostile classes above."""
+    """Calls whose arguments an agent gets wrong: empty, whitespace-only, missing or of the wrong type.
+
+    By name: calls to ``tool_names`` with no arguments, or with one of ``arg_names`` empty, whitespace-only,
+    of another JSON type (a number, ``null``, a list, ...) or misnamed. With ``tools`` (your env's
+    :class:`~agent_gym.core.tool.Tool` objects, e.g. ``env.unwrapped.tools.values()``), also every case of
+    :func:`agent_gym.testing.arguments.odd_arguments` for each: one argument wrong and the others valid, so
+    that an empty or whitespace-only string reaches the tool itself (and any reward term that reads the
+    call) even when the tool takes several arguments.
+    """
+    name, key = st.sampled_from(list(tool_names)), st.sampled_from(list(arg_names))
+    value = st.sampled_from(odd_values({"type": "string"}))
+    one_odd = st.builds(lambda n, k, v: _call(n, json.dumps({k: v})), name, key, value)
+    misnamed = st.builds(lambda n, k: _call(n, json.dumps({f"{k}_": "x"})), name, key)
+    by_name = st.one_of(name.map(lambda n: _call(n, "{}")), one_odd, misnamed)
+    cases = [_call(t.name, json.dumps(arguments)) for t in tools for _, arguments in odd_arguments(t)]
+    return st.sampled_from(cases) | by_name if cases else by_name
+
+
+def hostile_actions(
+    tool_names: Sequence[str] = ("search",), arg_names: Sequence[str] = ("query",), *, tools: Iterable[Tool] = ()
+) -> st.SearchStrategy[str]:
+    """Any of the hostile classes above; ``tools`` (your env's Tool objects) reach :func:`odd_argument_actions`."""
     tags = [f"<{n}>" for n in tool_names]
     return st.one_of(
         huge_number_actions(tool_names, arg_names),
@@ -216,6 +243,7 @@ def hostile_actions(
         repeated_tag_actions(tags),
         megabyte_actions(tags),
         mixed_call_actions(tool_names, arg_names),
+        odd_argument_actions(tool_names, arg_names, tools=tools),
     )
 
 
@@ -329,24 +357,58 @@ def _answers(env: ToolEnv[Any], words: Sequence[str]) -> st.SearchStrategy[str]:
     return text.map(env.parser.format_answer)
 
 
-def _calls(env: ToolEnv[Any], words: Sequence[str]) -> st.SearchStrategy[str]:
+@st.composite
+def odd_tool_arguments(draw: st.DrawFn, tool: Tool, words: Sequence[str] = ("x",)) -> dict[str, Any]:
+    """Arguments for ``tool`` with one thing wrong, the others drawn by :func:`schema_arguments`.
+
+    One argument is chosen; half the time it is empty or whitespace-only (valid under a string schema, so
+    it reaches the tool), a quarter of the time of another JSON type, a quarter of the time left out. The
+    values are :func:`agent_gym.testing.arguments.odd_values`'s.
+    """
+    valid = draw(schema_arguments(tool, words))
+    props: Mapping[str, Any] = tool.parameters.get("properties", {})
+    if not props:
+        return {}
+    name = draw(st.sampled_from(sorted(props)))
+    others = {k: v for k, v in valid.items() if k != name}
+    values = odd_values(props[name])
+    blanks = [v for v in values if isinstance(v, str) and not v.strip()]
+    wrong = [v for v in values if v not in blanks]
+    kind = draw(st.sampled_from(["blank", "blank", "wrong type", "missing"]))
+    if kind == "missing":
+        return others
+    return {**others, name: draw(st.sampled_from(blanks if kind == "blank" else wrong))}
+
+
+def _calls(env: ToolEnv[Any], words: Sequence[str], arguments: Any = schema_arguments) -> st.SearchStrategy[str]:
     writable = []
     for t in env.tools.values():
         try:
             env.parser.format_call(t.name, {p: "x" for p in t.parameters.get("properties", {})})
         except KeyError:  # the tag format writes only one-argument tools
             continue
-        writable.append(st.builds(lambda a, n=t.name: env.parser.format_call(n, a), schema_arguments(t, words)))
+        drawn = arguments(t, words)
+        writable.append(drawn.map(lambda a, n=t.name: _format_call(env, n, a)).filter(bool))
     return st.one_of(writable) if writable else st.text(max_size=40)
+
+
+def _format_call(env: ToolEnv[Any], name: str, arguments: Mapping[str, Any]) -> str:
+    """The call in the env's own format; ``""`` when that format cannot write it (a tag without its argument)."""
+    try:
+        return env.parser.format_call(name, arguments)
+    except KeyError:
+        return ""
 
 
 def next_action(env: gym.Env[str, str]) -> st.SearchStrategy[str]:
     """The next action, drawn from the env's current state (build it anew every step).
 
     About 35% the oracle's action (evidence-finding calls, then the gold
-    answer) when the env has one; 25% a schema-valid call with words of the
-    question or last result; 15% an answer (the gold one and near misses, or
-    words); 10% several calls at once, some malformed; 15% a hostile action.
+    answer) when the env has one; 20% a schema-valid call with words of the
+    question or last result; 15% such a call with one argument empty,
+    whitespace-only, missing or wrongly typed (:func:`odd_tool_arguments`);
+    15% an answer (the gold one and near misses, or words); 10% several calls
+    at once, some malformed; 5% a hostile action.
     """
     base = env.unwrapped
     assert isinstance(base, ToolEnv), f"expected a ToolEnv, got {type(base).__name__}"
@@ -358,10 +420,11 @@ def next_action(env: gym.Env[str, str]) -> st.SearchStrategy[str]:
     if _has_oracle(base):
         kinds.append((35, st.just(base.oracle_action())))
     kinds += [
-        (25, calls),
+        (20, calls),
+        (15, _calls(base, words, odd_tool_arguments)),
         (15, _answers(base, words)),
         (10, st.lists(calls, min_size=1, max_size=5).map("".join) | mixed_call_actions(names, args, valid=calls)),
-        (15, hostile_actions(names, args)),
+        (5, hostile_actions(names, args)),
     ]
     total = sum(w for w, _ in kinds)
 
