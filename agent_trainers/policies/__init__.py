@@ -18,6 +18,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
+    from agent_trainers.policies.cache import (
+        cache_root as cache_root,
+    )
     from agent_trainers.policies.device import (
         Device as Device,
     )
@@ -26,9 +29,6 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     )
     from agent_trainers.policies.loader import (
         MODEL_NAMES as MODEL_NAMES,
-    )
-    from agent_trainers.policies.loader import (
-        cache_root as cache_root,
     )
     from agent_trainers.policies.loader import (
         load_model as load_model,
@@ -112,7 +112,7 @@ _LAZY = {
     "TransformersPolicy": "transformers_policy",
     "VLLMPolicy": "vllm_policy",
     "VLLMServerPolicy": "vllm_policy",
-    "cache_root": "loader",
+    "cache_root": "cache",
     "cut_at_stop": "sampling",
     "end_of_turn_id": "sampling",
     "end_token_ids": "sampling",
