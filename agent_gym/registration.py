@@ -23,13 +23,16 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec, parse_env_id
 
-__all__ = ["STOP_REASON_WRAPPER", "register_env"]
+__all__ = ["STOP_REASON_WRAPPER", "import_env_module", "register_env"]
 
 STOP_REASON_WRAPPER = WrapperSpec(name="RecordStopReason", entry_point="agent_gym.wrappers:RecordStopReason", kwargs={})
 """The wrapper every id registered here carries, outside its ``TimeLimit``."""
@@ -96,3 +99,35 @@ def register_env(
         max_episode_steps=max_episode_steps,
         additional_wrappers=(STOP_REASON_WRAPPER, *additional_wrappers),
     )
+
+
+def import_env_module(env_id: str) -> str:
+    """Import the ``module`` of a ``module:Namespace/Name-vN`` id, also from the working directory; the rest of it.
+
+    Gymnasium's own ``gymnasium.make("module:Name-vN")`` imports ``module`` from ``sys.path``, which holds the
+    working directory under ``python script.py`` but not under a console script (``agent-r1``, ``vf-eval``).
+    A module that is not found there is looked for in the working directory too (appended to ``sys.path``, so
+    an installed module of the same name still wins), as ``uvicorn module:app`` does.
+
+    Args:
+        env_id: ``module:Namespace/Name-vN`` or a plain id (returned as it is).
+
+    Returns:
+        The id without its ``module:`` part.
+
+    Raises:
+        ModuleNotFoundError: The module is neither on ``sys.path`` nor in the working directory (or a module it
+            imports is missing).
+    """
+    if ":" not in env_id:
+        return env_id
+    module, name = env_id.split(":", 1)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        if exc.name != module.split(".")[0] or cwd in sys.path:
+            raise
+        sys.path.append(cwd)
+        importlib.import_module(module)
+    return name

@@ -63,7 +63,9 @@ def missing_extra(error: ModuleNotFoundError, distribution: str = "agent-r1-gym"
 
     Example: ``No module named 'torch': this command needs the train extra (pip install 'agent-r1-gym[train]')``.
     """
-    module = (error.name or "").split(".")[0]
+    if not error.name:  # raised by hand without a name (Gymnasium re-raises "module:id" failures so): its text
+        return " ".join(str(error).split())
+    module = error.name.split(".")[0]
     wanted = _IMPORT_NAMES.get(module, module).lower().replace("_", "-")
     try:
         requirements = importlib.metadata.requires(distribution) or []

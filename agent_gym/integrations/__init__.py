@@ -12,7 +12,8 @@ agent_gym.integrations``) never pulls in verifiers, SkyRL-gym, OpenEnv or torch:
   (``pip install 'agent-r1-gym[skyrl]'``).
 * :mod:`agent_gym.integrations.openenv` - an OpenEnv environment server, a
   typed client and a session factory for TRL's OpenEnv harness
-  (``pip install 'agent-r1-gym[openenv]'``).
+  (``pip install 'agent-r1-gym[openenv]'``: ``openenv`` 0.10; or ``[openenv-core]``: ``openenv-core`` 0.3,
+  which installs beside verifiers 0.4).
 
 All three drive the env through its public Gymnasium API (``reset``/``step``,
 ``info["messages"]``, ``info["tools"]``, ``info["reward_terms"]``) via

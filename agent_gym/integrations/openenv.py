@@ -1,5 +1,9 @@
 """OpenEnv adapter: serve any ToolEnv as an OpenEnv environment server.
 
+Written for ``openenv`` 0.10 (the ``openenv`` extra); it runs unchanged on
+``openenv-core`` 0.3, its predecessor (the ``openenv-core`` extra), which
+installs beside verifiers 0.4 where ``openenv`` 0.10 does not.
+
 Server side, :class:`AgentGymEnvironment` is an ``openenv.core`` ``Environment``
 around one env instance; :func:`make_app` builds the FastAPI app with
 OpenEnv's own ``create_app`` (``/ws`` sessions, ``/reset``, ``/step``,
@@ -92,7 +96,7 @@ class AgentGymAction(Action):
     def _exactly_one(self) -> AgentGymAction:
         given = [name for name in ("text", "tool_name", "answer") if getattr(self, name) is not None]
         if len(given) != 1:
-            # A PydanticCustomError (not ValueError): OpenEnv 0.3.0 echoes e.errors() to the client,
+            # A PydanticCustomError (not ValueError): OpenEnv (0.3 and 0.10) echoes e.errors() to the client,
             # and a ValueError in their context cannot be serialised, which would end the session.
             raise PydanticCustomError(
                 "exactly_one_action", "give exactly one of text, tool_name or answer (got {given})", {"given": given}
@@ -224,7 +228,7 @@ class AgentGymEnvironment(Environment[AgentGymAction, AgentGymObservation, Agent
         self.session.close()
 
     def _check_open(self) -> None:
-        # OpenEnv 0.3.0's reaper closes an idle session's env and frees its slot, but a WebSocket handler
+        # OpenEnv's reaper (0.3 and 0.10) closes an idle session's env and frees its slot, but a WebSocket handler
         # keeps its env and its socket open: without this check a client idle past the timeout would go on
         # playing on an env outside the count, so idling then returning would slip past the cap.
         if self._closed:
@@ -280,7 +284,7 @@ def make_app(
 
 
 class _ClosedSocketMiddleware:
-    """Drop the ``WebSocketDisconnect`` OpenEnv 0.3.0 raises when it closes a socket the client already closed.
+    """Drop the ``WebSocketDisconnect`` OpenEnv raises when it closes a socket the client already closed.
 
     Its ``/ws`` handler always calls ``websocket.close()`` after the session
     ends; when the client hung up first (every normal ``close``), Starlette

@@ -53,12 +53,17 @@ EnvSource = str | Callable[..., gym.Env]
 def make_tool_env(env: EnvSource, **env_kwargs: Any) -> gym.Env[str, str]:
     """Build the env an adapter drives: ``gymnasium.make(id, **kwargs)`` or ``factory(**kwargs)``.
 
+    A ``module:Namespace/Name-vN`` id imports its module first, from the working directory too
+    (:func:`agent_gym.registration.import_env_module`), as the ``agent-r1`` commands do.
+
     Raises:
         TypeError: If the result is not a :class:`~agent_gym.ToolEnv` (possibly wrapped).
     """
     if isinstance(env, str):
         import agent_gym  # noqa: F401  (registers the AgentR1/* ids)
+        from agent_gym.registration import import_env_module
 
+        import_env_module(env)
         built = gym.make(env, **env_kwargs)
     elif callable(env):
         built = env(**env_kwargs)

@@ -34,14 +34,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
 
 from agent_gym.integrations.session import EnvSession, EnvSource, ObservationStyle, make_tool_env
+from agent_gym.registration import STOP_REASON_WRAPPER, import_env_module
 
 __all__ = [
     "ENTRY_POINT",
     "AgentGymEnvConfig",
     "AgentGymTextEnv",
+    "agent_gym_env_ids",
     "register_skyrl_env",
     "register_skyrl_envs",
     "skyrl_dataset_rows",
@@ -160,9 +163,14 @@ def register_skyrl_env(env: EnvSource, skyrl_id: str | None = None) -> str:
     """Register one env with ``skyrl_gym`` (idempotent); returns the SkyRL id.
 
     Args:
-        env: A registered Gymnasium id, or a factory returning a ToolEnv (a
-            user's own env; then ``skyrl_id`` is required).
-        skyrl_id: The id for ``skyrl_gym.make``; defaults to the Gymnasium id.
+        env: A registered Gymnasium id; a ``module:Namespace/Name-vN`` id, whose module is imported now (also
+            from the working directory) and again wherever SkyRL makes the env; or a factory returning a
+            ToolEnv (then ``skyrl_id`` is required).
+        skyrl_id: The id for ``skyrl_gym.make``; defaults to the Gymnasium id as given.
+
+    Raises:
+        ValueError: A factory without ``skyrl_id``, or an id Gymnasium does not know (one line, with
+            Gymnasium's "did you mean" or the module that did not import).
     """
     import skyrl_gym
 
@@ -170,16 +178,40 @@ def register_skyrl_env(env: EnvSource, skyrl_id: str | None = None) -> str:
         if not isinstance(env, str):
             raise ValueError("register_skyrl_env needs skyrl_id when env is a factory")
         skyrl_id = env
+    if isinstance(env, str):
+        try:
+            gym.spec(import_env_module(env))
+        except (gym.error.Error, ImportError) as exc:
+            raise ValueError(f"register_skyrl_env: {env!r}: {' '.join(str(exc).split())}") from None
     if skyrl_id not in skyrl_gym.registry:
         skyrl_gym.register(id=skyrl_id, entry_point=ENTRY_POINT, kwargs={"env_id": env})
     return skyrl_id
 
 
-def register_skyrl_envs(env_ids: Iterable[str] | None = None) -> list[str]:
-    """Register every ``AgentR1/*`` env (or ``env_ids``) with ``skyrl_gym``; returns the ids."""
+def agent_gym_env_ids() -> list[str]:
+    """Every id registered the way the built-ins are: the ``AgentR1/*`` ids, then the ids registered with
+    :func:`agent_gym.register_env` in this process (your own, once their module is imported)."""
     from agent_gym.envs import REGISTRY
 
-    ids = list(env_ids) if env_ids is not None else [entry.id for entry in REGISTRY]
+    built_in = [entry.id for entry in REGISTRY]
+    own = [
+        env_id
+        for env_id, spec in gym.registry.items()
+        if env_id not in built_in and STOP_REASON_WRAPPER in spec.additional_wrappers
+    ]
+    return built_in + own
+
+
+def register_skyrl_envs(env_ids: Iterable[str] | None = None) -> list[str]:
+    """Register envs with ``skyrl_gym``; returns their SkyRL ids.
+
+    Args:
+        env_ids: The ids to register (registered Gymnasium ids, or ``module:Namespace/Name-vN``); by default
+            every id of :func:`agent_gym_env_ids`: the ``AgentR1/*`` ids and those registered with
+            :func:`agent_gym.register_env` so far (import your env's module first). An id registered with
+            plain ``gymnasium.register`` is registered when named here.
+    """
+    ids = list(env_ids) if env_ids is not None else agent_gym_env_ids()
     return [register_skyrl_env(env_id) for env_id in ids]
 
 
@@ -189,8 +221,11 @@ def skyrl_dataset_rows(
     """Rows in SkyRL's dataset layout (``prompt``, ``env_class``, extras) for the given tasks.
 
     ``prompt`` is the env's opening messages for that task, so SkyRL's prompt
-    filtering and length checks see what the model will see.
+    filtering and length checks see what the model will see. ``env_id`` is
+    registered with ``skyrl_gym`` too (:func:`register_skyrl_env`), so that
+    ``skyrl_gym.make(row["env_class"], ...)`` works in this process.
     """
+    register_skyrl_env(env_id)
     session = EnvSession(make_tool_env(env_id, **dict(env_kwargs or {})))
     rows = []
     for index in task_indices:

@@ -23,12 +23,18 @@ and then drives whole episodes *to their end* through the env as given
 * ``info["history"]`` only grows, by exactly ``info["new_messages"]``, and
   ``info["messages"]`` is a faithful view of it under the env's context policy
   (:func:`check_view`), so ``check_text_env(gym.make(env_id, context=policy))``
-  checks a user's policy on real episodes.
+  checks a user's policy on real episodes;
+* every tool takes empty, whitespace-only, missing and wrongly typed arguments
+  (:func:`check_odd_arguments`) with every step invariant above kept.
 
 Each episode is played by a seeded random policy that mixes random text,
 schema-valid tool calls and answers, and answers at its last step, so every
 episode ends (by an answer or a time limit); when the env has an oracle, one
-more episode is played by the oracle. A broken invariant is an
+more episode is played by the oracle. When the env has a turn limit (a
+``TimeLimit`` among its wrappers, as every registered id has), one more
+episode is played by a policy that never answers, to that limit, so that
+truncation is always checked: a truncated step names its ``stop_reason`` and
+``step`` after it raises. A broken invariant is an
 ``AssertionError`` whose message names it; an exception the env raises while
 scoring (:class:`~agent_gym.core.rubric.RewardError`) is reported the same way.
 
@@ -45,7 +51,7 @@ Example:
     >>> check_text_env(gym.make("AgentR1/Calculator-v0"))  # doctest: +SKIP
 
 Hypothesis strategies (hostile actions, and actions that reach the whole MDP)
-live in :mod:`agent_gym.testing.strategies`.
+live in :mod:`agent_gym.testing.strategies` (``pip install 'agent-r1-gym[testing]'``).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ import copy
 import math
 import pickle
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -62,20 +68,22 @@ import jsonschema
 import numpy as np
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-from agent_gym.core.context import ContextPolicy, turn_starts
 from agent_gym.core.env import EpisodeOverError, ToolEnv
-from agent_gym.core.history import Message
 from agent_gym.core.info import ChatMessage
 from agent_gym.core.rubric import RewardError
 from agent_gym.core.tool import Tool
+from agent_gym.testing.arguments import odd_arguments
+from agent_gym.testing.views import check_context_policy, check_view
 
 __all__ = [
     "check_answer_scores",
     "check_context_policy",
     "check_copies",
+    "check_odd_arguments",
     "check_step",
     "check_text_env",
     "check_view",
+    "odd_arguments",
     "random_call",
     "random_episode_actions",
     "run_episode",
@@ -124,107 +132,6 @@ def check_answer_scores(env: ToolEnv[Any], answer: str) -> None:
         )
 
 
-def check_view(view: Sequence[ChatMessage], history: Sequence[ChatMessage], *, where: str = "") -> None:
-    """Assert that ``view`` is a faithful view of ``history`` (chat messages both); the messages name the broken rule.
-
-    The rules every :class:`~agent_gym.core.context.ContextPolicy` keeps:
-
-    * the task first: the view starts with the history's task (the messages
-      before the first assistant message) verbatim, except that the task's
-      last message may carry a note appended to its content (as ``"fold"`` does);
-    * nothing invented: every later message of the view is a message of the
-      history after the task, in history order (a policy drops or folds
-      messages; it never writes turns or tool results of its own);
-    * the latest message kept: once the agent has acted, the view ends with
-      the history's last message (the result the agent must react to).
-
-    Args:
-        view: What the agent is shown (``info["messages"]``).
-        history: The whole history (``info["history"]``).
-        where: A prefix for the messages (e.g. ``"seed 0, step 3: "``).
-    """
-    starts = turn_starts([m["role"] for m in history])
-    task = starts[0] if starts else len(history)
-    assert len(view) >= task, (
-        f"{where}the view has {len(view)} messages, fewer than the task's {task}: it drops the task"
-    )
-    for i in range(task):
-        kept = view[i] == history[i] or (i == task - 1 and _extends(view[i], history[i]))
-        assert kept, (
-            f"{where}the view must start with the task (the messages before the first assistant message): "
-            f"view[{i}] is {_brief(view[i])}, the task's message {i} is {_brief(history[i])}"
-        )
-    j = task
-    for i in range(task, len(view)):
-        while j < len(history) and history[j] != view[i]:
-            j += 1
-        assert j < len(history), (
-            f"{where}view[{i}] {_brief(view[i])} is not a message of the history after the view's earlier ones: "
-            "a context policy may drop or fold messages, never invent or reorder them"
-        )
-        j += 1
-    if len(history) > task:
-        assert view and view[-1] == history[-1], (
-            f"{where}the view must end with the history's last message {_brief(history[-1])} (the latest result), "
-            f"not {_brief(view[-1]) if view else 'nothing'}"
-        )
-
-
-def _extends(shown: ChatMessage, original: ChatMessage) -> bool:
-    """``shown`` is ``original`` with text appended to its content (a context policy's note)."""
-    content = shown.get("content")
-    same_otherwise = {**shown, "content": original.get("content")} == original
-    return same_otherwise and isinstance(content, str) and content.startswith(str(original.get("content")))
-
-
-def _brief(message: ChatMessage) -> str:
-    return f"({message.get('role')}: {str(message.get('content'))[:60]!r})"
-
-
-def check_context_policy(policy: ContextPolicy, histories: Iterable[Sequence[Message]]) -> None:
-    """Assert that ``policy`` views each of ``histories`` faithfully; the messages name the broken rule.
-
-    For each history: ``policy.view(history)`` is a list of
-    :class:`~agent_gym.core.history.Message`, leaves the history as it was,
-    gives an equal view when called again, and keeps the rules of
-    :func:`check_view`. To check a policy on real episodes instead, run
-    :func:`check_text_env` on ``gymnasium.make(env_id, context=policy)``.
-
-    Args:
-        policy: The policy under test.
-        histories: At least one history, each starting with its task (the
-            system prompt and the question, as a ToolEnv's histories do).
-
-    Raises:
-        AssertionError: The policy broke a rule.
-        ValueError: No history, or one that starts with an assistant message.
-
-    Example:
-        >>> from agent_gym.core.context import make_context
-        >>> history = [Message.system("Use tools."), Message.user("2+2?"), Message.assistant("<answer>4</answer>")]
-        >>> check_context_policy(make_context("window", context_turns=1), [history])
-    """
-    assert isinstance(policy, ContextPolicy), (
-        f"a context policy needs a name and a view(history) method; {type(policy).__name__} lacks one"
-    )
-    count = 0
-    for i, history in enumerate(histories):
-        before = list(history)
-        if before and before[0].role == "assistant":
-            raise ValueError(f"history {i} starts with an assistant message; a history starts with its task")
-        where = f"context policy {policy.name!r}, history {i}: "
-        view = policy.view(history)
-        assert isinstance(view, list) and all(isinstance(m, Message) for m in view), (
-            f"{where}view() must return a list of Message, got {type(view).__name__}"
-        )
-        assert list(history) == before, f"{where}view() must leave the history as it was"
-        assert policy.view(history) == view, f"{where}view() must be deterministic: a second call gave another view"
-        check_view([m.to_chat() for m in view], [m.to_chat() for m in before], where=where)
-        count += 1
-    if not count:
-        raise ValueError("check_context_policy needs at least one history")
-
-
 def random_call(tool: Tool, rng: np.random.Generator) -> dict[str, Any]:
     """Arguments for ``tool`` that usually satisfy its schema.
 
@@ -249,7 +156,7 @@ def random_call(tool: Tool, rng: np.random.Generator) -> dict[str, Any]:
 
 
 def random_episode_actions(
-    env: ToolEnv[Any], rng: np.random.Generator, *, answer_at: int | None = None
+    env: ToolEnv[Any], rng: np.random.Generator, *, answer_at: int | None = None, answers: bool = True
 ) -> Callable[[], str]:
     """A policy mixing random text, well-formed random tool calls and answers.
 
@@ -258,6 +165,8 @@ def random_episode_actions(
         rng: The policy's random generator.
         answer_at: If set, the policy's ``answer_at``-th action (1-based) and
             any later one is an answer, so the episode ends.
+        answers: False: never answer; the policy then makes only random tool calls (plain text when the
+            env has no tools), so that a limit, not the agent, ends the episode (``answer_at`` is ignored).
     """
     count = 0
 
@@ -266,10 +175,12 @@ def random_episode_actions(
         count += 1
         u = rng.random()
         tools = list(env.tools.values())
-        if answer_at is not None and count >= answer_at:
+        if not answers:
+            u = 0.5 if tools else 0.0
+        elif answer_at is not None and count >= answer_at:
             u = 1.0
         if u < 0.3:
-            return env.action_space.sample()
+            return env.action_space.sample() if answers else "thinking; no answer yet"
         if u < 0.8 and tools:
             t = tools[int(rng.integers(len(tools)))]
             try:
@@ -328,6 +239,99 @@ def _play_checked(env: gym.Env[str, str], policy: Callable[[], str], *, seed: in
         if terminated or truncated:
             break
     return record
+
+
+def _step_checked(env: gym.Env[str, str], action: str, where: str) -> tuple[Any, ...]:
+    """One ``env.step`` with the step invariants checked; a scoring error or an exception is an assertion."""
+    base = env.unwrapped
+    assert isinstance(base, ToolEnv)
+    try:
+        result = env.step(action)
+    except RewardError as exc:
+        raise AssertionError(
+            f"{where}a reward term broke its contract (a finite number inside its declared bounds): {exc}"
+        ) from exc
+    except Exception as exc:
+        raise AssertionError(
+            f"{where}step() raised {type(exc).__name__}: {exc} (a tool's failure must be a result the agent reads)"
+        ) from exc
+    check_step(base, *result)
+    return result
+
+
+def check_odd_arguments(env: gym.Env[str, str], *, seed: int = 0) -> int:
+    """Call every tool with empty, whitespace-only, missing and wrongly typed arguments; assert each step's invariants.
+
+    Each argument set of :func:`~agent_gym.testing.arguments.odd_arguments` is the first action of a fresh
+    episode (``reset(seed=seed)``), written by the env's own parser; the step must keep every invariant
+    of :func:`check_step` (a finite reward inside ``reward_range``, the terms summing to it, ...) and must
+    not raise: a tool that cannot use its arguments returns an error result. Argument sets the parser
+    cannot write (the tag format writes one argument) are skipped.
+
+    Args:
+        env: The environment (wrapped or not); the steps go through ``env`` as given.
+        seed: The seed of every episode.
+
+    Returns:
+        How many argument sets were sent.
+
+    Raises:
+        AssertionError: Naming the tool, the argument set and the broken invariant (or the exception).
+    """
+    base = env.unwrapped
+    assert isinstance(base, ToolEnv), f"expected a ToolEnv, got {type(base).__name__}"
+    env.reset(seed=seed)
+    tools = list(base.tools.values())
+    sent = 0
+    for t in tools:
+        for label, arguments in odd_arguments(t, random_call(t, np.random.default_rng(seed))):
+            try:
+                action = base.parser.format_call(t.name, arguments)
+            except KeyError:  # the tag format writes one named argument; it cannot leave it out
+                continue
+            env.reset(seed=seed)
+            _step_checked(env, action, f"seed {seed}, tool {t.name!r} called with {label}: ")
+            sent += 1
+    return sent
+
+
+def _turn_limit(env: gym.Env[str, str]) -> int | None:
+    """The ``max_episode_steps`` of a ``TimeLimit`` among ``env``'s wrappers (None: no turn limit)."""
+    layer: Any = env
+    while isinstance(layer, gym.Wrapper):
+        if isinstance(layer, gym.wrappers.TimeLimit):
+            return int(layer._max_episode_steps)
+        layer = layer.env
+    return None
+
+
+def _check_truncation(env: gym.Env[str, str], limit: int, seeds: Sequence[int]) -> None:
+    """Play episodes by a policy that never answers until one is truncated at the turn limit; check its end.
+
+    An env that ends every such episode otherwise (a tool that finishes it, ``on_no_action="end"``) cannot be
+    truncated by this policy: a warning says that the truncation checks did not run.
+    """
+    base = env.unwrapped
+    assert isinstance(base, ToolEnv)
+    ends = []
+    for seed in seeds:
+        base.reset(seed=seed)
+        base.action_space.seed(seed)
+        policy = random_episode_actions(base, np.random.default_rng(seed), answers=False)
+        record = _play_checked(env, policy, seed=seed, max_steps=limit)
+        *_, terminated, truncated, info = record[-1]
+        assert terminated or truncated, (
+            f"seed {seed}: the episode went on past the turn limit of {limit} steps without being truncated"
+        )
+        if truncated:
+            _check_end(env, record, seed)
+            return
+        ends.append(str(info.get("stop_reason")))
+    warnings.warn(
+        f"check_text_env: no episode reached the turn limit of {limit} steps without an answer (each ended "
+        f"otherwise: {', '.join(ends)}), so truncation was not checked",
+        stacklevel=3,
+    )
 
 
 def _check_history(info: dict[str, Any], before: list[ChatMessage], where: str) -> list[ChatMessage]:
@@ -399,6 +403,10 @@ def check_text_env(
         base.reset(seed=seeds[0] if seeds else 0)
         record = _play_checked(env, base.oracle_action, seed=seeds[0] if seeds else 0, max_steps=max_steps)
         _check_end(env, record, seeds[0] if seeds else 0)
+    limit = _turn_limit(env)
+    if limit is not None:
+        _check_truncation(env, limit, list(seeds) or [0])
+    check_odd_arguments(env, seed=seeds[0] if seeds else 0)
     obs, _ = env.reset(seed=0)
     assert base.observation_space.contains(obs), "reset after an episode returned an invalid observation"
 

@@ -2,25 +2,29 @@
 
 Two families:
 
-* **hostile** actions, each a class that once crashed or stalled a parser:
+* **hostile** actions (:mod:`agent_gym.testing.hostile`, re-exported here), each a class that once
+  crashed or stalled a parser:
   :func:`huge_number_actions` (integer literals over Python's 4,300-digit
   limit, ``1e999``, ``NaN``), :func:`deep_json_actions` (arguments nested
   past the depth limit, as objects, arrays or double-encoded strings, around
   the ~1,000 recursion limit too), :func:`repeated_tag_actions` (one tag
   repeated up to 20,000 times), :func:`megabyte_actions` (1 MiB of one
   shape), :func:`mixed_call_actions` (valid and malformed calls in one
-  action, more than four of them); :func:`actions` draws from all of them
-  plus random text;
+  action, more than four of them), :func:`odd_argument_actions` (calls whose
+  arguments are empty, whitespace-only, missing or of the wrong type);
+  :func:`actions` draws from all of them plus random text;
 * actions that **reach the whole MDP**: :func:`next_action` draws the next
   action from the env's *current* state - calls with the tools' real argument
-  names and values (words of the question and of the last result), the
-  oracle's evidence-finding call, the gold answer and near misses, answers
-  that end the episode, and now and then a hostile action;
+  names and values (words of the question and of the last result), the same
+  calls with one argument empty, whitespace-only, missing or wrongly typed
+  (:func:`odd_tool_arguments`), the oracle's evidence-finding call, the gold
+  answer and near misses, answers that end the episode, and now and then a
+  hostile action;
   :func:`play_episode` plays a whole episode with them and labels its
   coverage with :func:`hypothesis.event` / :func:`hypothesis.target`.
 
-And :func:`histories`: episode histories shaped like a ToolEnv's, for testing
-context policies (:func:`agent_gym.testing.check_context_policy`).
+And :func:`histories` (:mod:`agent_gym.testing.histories`, re-exported here): episode histories shaped
+like a ToolEnv's, for testing context policies (:func:`agent_gym.testing.check_context_policy`).
 
 Example:
     >>> from hypothesis import given, strategies as st
@@ -35,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 import weakref
@@ -49,11 +52,26 @@ try:
     from hypothesis import event, target
     from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - exercised only without the test extra
-    raise ImportError("agent_gym.testing.strategies needs hypothesis: pip install 'agent-r1-gym[test]'") from exc
+    raise ImportError("agent_gym.testing.strategies needs hypothesis: pip install 'agent-r1-gym[testing]'") from exc
 
 from agent_gym.core.env import ToolEnv
-from agent_gym.core.history import Message, Role, ToolCall, ToolResult
+from agent_gym.core.history import Role
 from agent_gym.core.tool import Tool
+from agent_gym.testing.arguments import odd_values
+from agent_gym.testing.histories import histories
+from agent_gym.testing.hostile import (
+    _TAGS,
+    MIB,
+    deep_json_actions,
+    hostile_actions,
+    huge_number_actions,
+    json_values,
+    megabyte_actions,
+    mixed_call_actions,
+    odd_argument_actions,
+    repeated_tag_actions,
+    tool_call_actions,
+)
 
 __all__ = [
     "MIB",
@@ -67,156 +85,15 @@ __all__ = [
     "megabyte_actions",
     "mixed_call_actions",
     "next_action",
+    "odd_argument_actions",
+    "odd_tool_arguments",
     "play_episode",
     "repeated_tag_actions",
     "schema_arguments",
     "tool_call_actions",
 ]
 
-MIB = 2**20
-_TAGS = ["<tool_call>", "</tool_call>", "<answer>", "</answer>", "<search>", "</search>", "<think>", "</think>"]
 _WORD = re.compile(r"[\w'.+*/()-]+")
-
-
-def _call(name: str, arguments: str) -> str:
-    """A ``<tool_call>`` block with ``arguments`` inserted verbatim (it may be any text)."""
-    return f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {arguments}}}</tool_call>'
-
-
-def json_values(max_leaves: int = 8) -> st.SearchStrategy[object]:
-    """Arbitrary JSON values (nested lists and objects)."""
-    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-    return st.recursive(
-        scalars,
-        lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
-        max_leaves=max_leaves,
-    )
-
-
-def tool_call_actions(tool_names: Sequence[str] = ("search",)) -> st.SearchStrategy[str]:
-    """``<tool_call>`` blocks with valid or invalid names and arguments."""
-    names = st.sampled_from(list(tool_names)) | st.text(max_size=12)
-    arguments = st.dictionaries(st.text(max_size=10), json_values(), max_size=3) | json_values()
-    payload = st.builds(lambda n, a: json.dumps({"name": n, "arguments": a}), names, arguments)
-    broken = payload.map(lambda s: s[: max(1, len(s) // 2)])
-    block = st.builds(lambda p: f"<tool_call>{p}</tool_call>", payload | broken | st.text(max_size=30))
-    return st.lists(block, min_size=1, max_size=6).map("".join)
-
-
-# ----------------------------------------------------------------------------- hostile classes
-def huge_number_actions(
-    tool_names: Sequence[str] = ("search",), arg_names: Sequence[str] = ("query",)
-) -> st.SearchStrategy[str]:
-    """Calls whose arguments hold number literals no parser should choke on.
-
-    Integer literals of 4,301-20,000 digits (past Python's int-string limit),
-    long decimals, ``1e999`` (overflows to infinity), ``NaN`` and ``Infinity``;
-    as a value, as a double-encoded ``arguments`` string, and as tag text.
-    """
-    digits = st.integers(4_301, 20_000)
-    literal = st.one_of(
-        digits.map(lambda n: "9" * n),
-        digits.map(lambda n: "-" + "1" * n),
-        digits.map(lambda n: "0." + "3" * n),
-        digits.map(lambda n: "1" * n + "e5"),
-        st.sampled_from(["1e999", "-1e999", "1" + "0" * 400 + "e-999", "NaN", "Infinity", "-Infinity"]),
-    )
-    name, key = st.sampled_from(list(tool_names)), st.sampled_from(list(arg_names))
-    as_value = st.builds(lambda n, k, lit: _call(n, f"{{{json.dumps(k)}: {lit}}}"), name, key, literal)
-    as_string = st.builds(lambda n, k, lit: _call(n, json.dumps(f'{{"{k}": {lit}}}')), name, key, literal)
-    as_tag = st.builds(lambda n, lit: f"<{n}>{lit}</{n}>", name, literal)
-    return st.one_of(as_value, as_string, as_tag)
-
-
-def _nest(shape: str, depth: int, key: str) -> str:
-    """``arguments`` text nested ``depth`` deep in one of several shapes."""
-    if shape == "array_value":
-        return f'{{"{key}": ' + "[" * depth + "]" * depth + "}"
-    if shape == "object":
-        return '{"a": ' * depth + "1" + "}" * depth
-    if shape == "string":  # double-encoded: the arguments are a JSON string holding deep JSON
-        return json.dumps(f'{{"{key}": ' + "[" * depth + "]" * depth + "}")
-    if shape == "array":
-        return "[" * depth + "]" * depth
-    return "[" * depth  # unclosed
-
-
-def deep_json_actions(
-    tool_names: Sequence[str] = ("search",), arg_names: Sequence[str] = ("query",)
-) -> st.SearchStrategy[str]:
-    """Calls whose arguments nest 33-100,000 deep (around 980-1,000 often: parse, then break the history)."""
-    depth = st.one_of(st.integers(33, 100_000), st.sampled_from([33, 64, 500, 979, 980, 990, 999, 1_000, 1_001]))
-    shape = st.sampled_from(["array_value", "object", "string", "array", "unclosed"])
-    name, key = st.sampled_from(list(tool_names)), st.sampled_from(list(arg_names))
-    return st.builds(lambda n, s, d, k: _call(n, _nest(s, d, k)), name, shape, depth, key)
-
-
-def repeated_tag_actions(tags: Sequence[str] = ()) -> st.SearchStrategy[str]:
-    """One tag or tag pattern repeated 1-20,000 times (``"<tool_call>" * 16_000`` once took 28 s)."""
-    pieces = [*_TAGS, *tags, "<tool_call>{", "<tool_call><answer>", "<answer></answer>", "<tool_call></tool_call>"]
-    return st.builds(lambda p, n: p * n, st.sampled_from(pieces), st.integers(1, 20_000))
-
-
-def megabyte_actions(tags: Sequence[str] = (), size: int = MIB) -> st.SearchStrategy[str]:
-    """``size`` characters (1 MiB by default) of one repeated shape: tags, brackets, quotes, calls, answers."""
-    shapes = [
-        *_TAGS,
-        *tags,
-        "a",
-        "[",
-        "{",
-        '{"a": ',
-        "\\",
-        '"',
-        "<answer>x</answer>",
-        '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>',
-        "\u2603",
-    ]
-    return st.sampled_from(shapes).map(lambda s: (s * (size // len(s) + 1))[:size])
-
-
-def _broken_blocks(tool_names: Sequence[str], arg_names: Sequence[str]) -> st.SearchStrategy[str]:
-    name = st.sampled_from(list(tool_names))
-    return st.one_of(
-        st.just("<tool_call>{oops</tool_call>"),
-        st.just('<tool_call>{"arguments": {}}</tool_call>'),
-        name.map(lambda n: _call(n, "[1, 2]")),
-        name.map(lambda n: _call(n, '"not an object"')),
-        name.map(lambda n: _call(n, _nest("array_value", 40, arg_names[0]))),
-        name.map(lambda n: _call(n, f'{{"{arg_names[0]}": {"7" * 5000}}}')),
-        st.just("<tool_call>"),
-    )
-
-
-def mixed_call_actions(
-    tool_names: Sequence[str] = ("search",),
-    arg_names: Sequence[str] = ("query",),
-    valid: st.SearchStrategy[str] | None = None,
-) -> st.SearchStrategy[str]:
-    """1-7 calls in one action, each well-formed (``valid``, default simple string calls) or malformed."""
-    if valid is None:
-        valid = st.builds(
-            lambda n, k, v: _call(n, json.dumps({k: v})),
-            st.sampled_from(list(tool_names)),
-            st.sampled_from(list(arg_names)),
-            st.text(max_size=20),
-        )
-    block = st.one_of(valid, _broken_blocks(tool_names, arg_names))
-    return st.lists(block, min_size=1, max_size=7).map("".join)
-
-
-def hostile_actions(
-    tool_names: Sequence[str] = ("search",), arg_names: Sequence[str] = ("query",)
-) -> st.SearchStrategy[str]:
-    """Any of the hostile classes above."""
-    tags = [f"<{n}>" for n in tool_names]
-    return st.one_of(
-        huge_number_actions(tool_names, arg_names),
-        deep_json_actions(tool_names, arg_names),
-        repeated_tag_actions(tags),
-        megabyte_actions(tags),
-        mixed_call_actions(tool_names, arg_names),
-    )
 
 
 def actions(tool_names: Sequence[str] = ("search",), max_size: int = 400) -> st.SearchStrategy[str]:
@@ -329,24 +206,58 @@ def _answers(env: ToolEnv[Any], words: Sequence[str]) -> st.SearchStrategy[str]:
     return text.map(env.parser.format_answer)
 
 
-def _calls(env: ToolEnv[Any], words: Sequence[str]) -> st.SearchStrategy[str]:
+@st.composite
+def odd_tool_arguments(draw: st.DrawFn, tool: Tool, words: Sequence[str] = ("x",)) -> dict[str, Any]:
+    """Arguments for ``tool`` with one thing wrong, the others drawn by :func:`schema_arguments`.
+
+    One argument is chosen; half the time it is empty or whitespace-only (valid under a string schema, so
+    it reaches the tool), a quarter of the time of another JSON type, a quarter of the time left out. The
+    values are :func:`agent_gym.testing.arguments.odd_values`'s.
+    """
+    valid = draw(schema_arguments(tool, words))
+    props: Mapping[str, Any] = tool.parameters.get("properties", {})
+    if not props:
+        return {}
+    name = draw(st.sampled_from(sorted(props)))
+    others = {k: v for k, v in valid.items() if k != name}
+    values = odd_values(props[name])
+    blanks = [v for v in values if isinstance(v, str) and not v.strip()]
+    wrong = [v for v in values if v not in blanks]
+    kind = draw(st.sampled_from(["blank", "blank", "wrong type", "missing"]))
+    if kind == "missing":
+        return others
+    return {**others, name: draw(st.sampled_from(blanks if kind == "blank" else wrong))}
+
+
+def _calls(env: ToolEnv[Any], words: Sequence[str], arguments: Any = schema_arguments) -> st.SearchStrategy[str]:
     writable = []
     for t in env.tools.values():
         try:
             env.parser.format_call(t.name, {p: "x" for p in t.parameters.get("properties", {})})
         except KeyError:  # the tag format writes only one-argument tools
             continue
-        writable.append(st.builds(lambda a, n=t.name: env.parser.format_call(n, a), schema_arguments(t, words)))
+        drawn = arguments(t, words)
+        writable.append(drawn.map(lambda a, n=t.name: _format_call(env, n, a)).filter(bool))
     return st.one_of(writable) if writable else st.text(max_size=40)
+
+
+def _format_call(env: ToolEnv[Any], name: str, arguments: Mapping[str, Any]) -> str:
+    """The call in the env's own format; ``""`` when that format cannot write it (a tag without its argument)."""
+    try:
+        return env.parser.format_call(name, arguments)
+    except KeyError:
+        return ""
 
 
 def next_action(env: gym.Env[str, str]) -> st.SearchStrategy[str]:
     """The next action, drawn from the env's current state (build it anew every step).
 
     About 35% the oracle's action (evidence-finding calls, then the gold
-    answer) when the env has one; 25% a schema-valid call with words of the
-    question or last result; 15% an answer (the gold one and near misses, or
-    words); 10% several calls at once, some malformed; 15% a hostile action.
+    answer) when the env has one; 20% a schema-valid call with words of the
+    question or last result; 15% such a call with one argument empty,
+    whitespace-only, missing or wrongly typed (:func:`odd_tool_arguments`);
+    15% an answer (the gold one and near misses, or words); 10% several calls
+    at once, some malformed; 5% a hostile action.
     """
     base = env.unwrapped
     assert isinstance(base, ToolEnv), f"expected a ToolEnv, got {type(base).__name__}"
@@ -358,10 +269,11 @@ def next_action(env: gym.Env[str, str]) -> st.SearchStrategy[str]:
     if _has_oracle(base):
         kinds.append((35, st.just(base.oracle_action())))
     kinds += [
-        (25, calls),
+        (20, calls),
+        (15, _calls(base, words, odd_tool_arguments)),
         (15, _answers(base, words)),
         (10, st.lists(calls, min_size=1, max_size=5).map("".join) | mixed_call_actions(names, args, valid=calls)),
-        (15, hostile_actions(names, args)),
+        (5, hostile_actions(names, args)),
     ]
     total = sum(w for w, _ in kinds)
 
@@ -444,33 +356,3 @@ def play_episode(
             break
     cov.label()
     return cov
-
-
-# ----------------------------------------------------------------------------- histories
-@st.composite
-def _turn(draw: st.DrawFn, number: int, text: st.SearchStrategy[str]) -> list[Message]:
-    """Turn ``number``: an assistant message with 0-2 calls, their results, and sometimes a format-error note."""
-    calls = tuple(
-        ToolCall(draw(st.sampled_from(["search", "lookup"])), {"query": draw(text)}, id=f"call_{number}_{i}")
-        for i in range(draw(st.integers(0, 2)))
-    )
-    turn = [Message.assistant(draw(text), calls)]
-    turn += [Message.tool(call, ToolResult(draw(text), ok=draw(st.booleans()))) for call in calls]
-    if draw(st.booleans()):
-        turn.append(Message.user(f"Format error: {draw(text)}"))
-    return turn
-
-
-@st.composite
-def histories(draw: st.DrawFn, max_turns: int = 8, max_text: int = 200) -> list[Message]:
-    """Histories shaped like a ToolEnv's: 1-2 system messages and a question, then 0-``max_turns`` turns.
-
-    A turn is an assistant message with 0-2 calls, one tool message per call,
-    and sometimes a format-error user message. Texts are arbitrary (empty,
-    multi-line, any whitespace) or drawn from a few words, so equal messages
-    and whole equal turns occur.
-    """
-    text = st.text(max_size=max_text) | st.sampled_from(["", "x", "same answer"])
-    task = [Message.system(draw(text)) for _ in range(draw(st.integers(1, 2)))] + [Message.user(draw(text))]
-    turns = [draw(_turn(n, text)) for n in range(1, draw(st.integers(0, max_turns)) + 1)]
-    return task + [m for turn in turns for m in turn]

@@ -17,6 +17,8 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
@@ -28,7 +30,14 @@ from agent_trainers.rollout.types import Trajectory
 if TYPE_CHECKING:
     from agent_gym.core.env import ToolEnv
 
-__all__ = ["EpisodeRecord", "MissingMetricError", "TaskInfo", "describe_tasks", "record_from_trajectory"]
+__all__ = [
+    "EpisodeRecord",
+    "MissingMetricError",
+    "TaskInfo",
+    "describe_tasks",
+    "gold_texts",
+    "record_from_trajectory",
+]
 
 _TYPE_ATTRIBUTES = ("type", "kind", "template")
 """Task attributes that name a question type (QA ``type``, SQLite ``kind``, Calculator ``template``)."""
@@ -149,6 +158,27 @@ def _question_type(task: Any) -> str | None:
     return None
 
 
+def gold_texts(value: Any) -> list[str]:
+    """A task's gold answer(s) as display strings: lists and tuples flattened (SQLite's rows of values), an
+    exact fraction as its decimal when it has one (Calculator's ``Fraction(2078, 25)`` as ``83.12``), ``None``
+    dropped.
+
+    Example:
+        >>> gold_texts([(26.74,), Fraction(2078, 25), Fraction(1, 3), "Paris", None])
+        ['26.74', '83.12', '1/3', 'Paris']
+    """
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in gold_texts(item)]
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return [str(value.numerator)]
+        decimal = Decimal(value.numerator) / Decimal(value.denominator)
+        return [format(decimal.normalize(), "f") if Fraction(decimal) == value else str(value)]
+    return [str(value)]
+
+
 def describe_tasks(env: gym.Env, indices: Sequence[int]) -> list[TaskInfo]:
     """Read each task's id, question, gold answers, type and source (no episode is played).
 
@@ -163,7 +193,7 @@ def describe_tasks(env: gym.Env, indices: Sequence[int]) -> list[TaskInfo]:
         if not isinstance(question, str):
             question = base.user_prompt(task)
         answers = getattr(task, "answers", None) or (getattr(task, "answer", None),)
-        gold = tuple(str(a) for a in answers if a is not None and not isinstance(a, list | tuple))
+        gold = tuple(gold_texts(answers))
         source = getattr(task, "source", None) or (env.spec.id if env.spec else type(base).__name__)
         out.append(TaskInfo(int(i), base.task_id(task), question, gold, _question_type(task), str(source)))
     return out

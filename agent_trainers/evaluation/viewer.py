@@ -4,11 +4,16 @@ Reads rollout JSONL (:func:`agent_trainers.rollout.save_jsonl`) or an
 evaluation's ``episodes.jsonl`` (records that carry a trajectory) and writes
 one HTML file that needs no server and no network: the data is embedded as
 JSON and drawn by a small script in the page. Each trajectory is a card with
-its messages by role, the tool calls and their results, the reward terms of
-every turn, the final metrics and stop reason, and the completion's tokens
-coloured by loss mask (model tokens vs env tokens). Filters pick cards by
-outcome and stop reason; cards are drawn 50 at a time as the page scrolls, so
-a file of thousands of trajectories opens at once.
+its messages by who wrote them (the task, the model, a tool, the env's own
+feedback), the tool calls and their results, the reward terms of every turn
+(a reply cut at a token limit is marked), the final metrics and stop reason,
+and the completion's tokens coloured by loss mask (model tokens vs env
+tokens). Runs of blank lines are drawn as one line that counts them. Filters
+pick cards by outcome and stop reason; cards are drawn 50 at a time as the
+page scrolls, so a file of thousands of trajectories opens at once.
+
+It imports nothing heavy (no torch, no transformers): the token view decodes
+with :func:`agent_trainers.policies.decoder.load_decoder`.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from agent_trainers.evaluation.outputs import read_lines
 from agent_trainers.rollout.export import first_error, trajectory_from_dict
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["Outcome", "card_data", "read_cards", "render_html", "write_viewer"]
+__all__ = ["Outcome", "card_data", "message_views", "read_cards", "render_html", "write_viewer"]
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "viewer.html"
 """The page: CSS and script inline; ``__DATA__`` and ``__TITLE__`` are filled in."""
@@ -95,6 +100,49 @@ def _segments(traj: Trajectory, tokenizer: Any) -> list[list[Any]]:
     return runs
 
 
+CUT_NOTE = "cut at the token limit"
+"""How a reply that hit a token limit is marked (the page draws the note in its own colour)."""
+
+_BLANK_RUN = re.compile(r"\n(?:[^\S\n]*\n){3,}")
+"""Three or more blank (empty or whitespace-only) lines in a row."""
+
+
+def _collapse_blank_lines(text: str) -> str:
+    """``text`` with each run of three or more blank lines drawn as one line that counts them."""
+    return _BLANK_RUN.sub(lambda m: f"\n[{m.group(0).count(chr(10)) - 1} blank lines]\n", text)
+
+
+def message_views(traj: Trajectory) -> list[dict[str, Any]]:
+    """How the page draws each message: ``label`` (who wrote it), ``text`` and ``note``.
+
+    A ``user`` message after the model's first turn is the env's (format feedback, or tool results sent
+    as user text), labelled ``env feedback``, not ``user``; the model's ``k``-th reply carries a note when
+    turn ``k`` hit a token limit; a whitespace-only text is a note of its length, and runs of blank lines
+    inside a text are one counted line.
+    """
+    views: list[dict[str, Any]] = []
+    replies = 0
+    for m in traj.messages:
+        role, content = m.get("role"), m.get("content")
+        text = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
+        label, notes = str(role), []
+        if role == "user" and replies:
+            label = "env feedback (user message)"
+        elif role == "tool":
+            label = f"tool result: {m.get('name') or ''}"
+        elif role == "assistant":
+            turn = traj.turns[replies] if replies < len(traj.turns) else None
+            if turn is not None and turn.cut:
+                size = f" ({turn.end - turn.start} tokens)" if turn.end > turn.start else ""  # text mode: no ids
+                notes.append(f"{CUT_NOTE}{size}: the reply is unfinished")
+            replies += 1
+        if text and not text.strip():
+            notes.append(f"({len(text)} whitespace characters)")
+            text = ""
+        views.append({"label": label, "text": _collapse_blank_lines(text), "note": "; ".join(notes) or None})
+    return views
+
+
 def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dict[str, Any]:
     """The viewer's data for one JSONL line (a trajectory, or an evaluation record holding one).
 
@@ -126,11 +174,18 @@ def card_data(line: Mapping[str, Any], index: int, tokenizer: Any = None) -> dic
         "reward": traj.total_reward if record is None else fields.get("reward", traj.total_reward),
         "metrics": traj.metrics,
         "question": question,
-        "gold": record.get("gold") if record else None,
+        "gold": (record.get("gold") or None) if record else None,  # [] (not recorded) shows as such
         "answer": record.get("answer") if record else None,
         "messages": traj.messages,
+        "views": message_views(traj),
         "turns": [
-            {"reward": t.reward, "terms": t.reward_terms, "format_errors": t.format_errors, "tokens": t.end - t.start}
+            {
+                "reward": t.reward,
+                "terms": t.reward_terms,
+                "format_errors": t.format_errors,
+                "tokens": t.end - t.start,
+                "cut": t.cut,
+            }
             for t in traj.turns
         ],
         "segments": _segments(traj, tokenizer),

@@ -450,11 +450,17 @@ def packaged_configs() -> list[str]:
 
 
 def find_config(path: str | Path) -> Path:
-    """``path`` when that file exists, else the packaged config of that name (``tiny``, ``tiny.yaml``).
+    """``path`` when that file exists, else the packaged config of that name.
+
+    A bare name takes the packaged config (``tiny``, ``tiny.yaml``). A path whose file does not exist but
+    whose file name is a packaged config's (``configs/tiny.yaml`` after a pip install, which has no
+    ``configs/`` folder) takes that packaged config too, and says so in one line on stderr.
 
     Raises:
         FileNotFoundError: Neither exists; the message lists the packaged names.
     """
+    import sys  # here, not at the top: only this fallback prints
+
     given = Path(path)
     if given.exists():
         return given
@@ -462,6 +468,12 @@ def find_config(path: str | Path) -> Path:
         packaged = PACKAGED_CONFIGS / f"{given.stem}.yaml"
         if packaged.is_file():
             return packaged
+    elif given.suffix == ".yaml" and (PACKAGED_CONFIGS / given.name).is_file():
+        packaged = PACKAGED_CONFIGS / given.name
+        print(
+            f"config: {str(path)!r} does not exist here; using the packaged {given.name} ({packaged})", file=sys.stderr
+        )
+        return packaged
     raise FileNotFoundError(
         f"no config file {str(path)!r} (and no packaged config of that name: {', '.join(packaged_configs())})"
     )

@@ -15,10 +15,7 @@ or loads a model, so that an unknown id or a keyword the env does not take is on
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,31 +23,12 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 import agent_gym  # noqa: F401 - registers the built-in ids
+from agent_gym.registration import import_env_module
 
 __all__ = ["check_env_settings", "default_kwargs", "env_spec", "import_env_module", "takes_argument"]
 
 DEFAULT_SPLITS = {"train_kwargs": "train", "eval_kwargs": "test"}
 """The split each section defaults to, for envs that take ``split``."""
-
-
-def import_env_module(env_id: str) -> str:
-    """Import the ``module`` of a ``module:Namespace/Name-vN`` id (also from the working directory); the rest of it.
-
-    Raises:
-        ModuleNotFoundError: The module is neither on ``sys.path`` nor in the working directory.
-    """
-    if ":" not in env_id:
-        return env_id
-    module, name = env_id.split(":", 1)
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        cwd = os.getcwd()
-        if exc.name != module.split(".")[0] or cwd in sys.path:
-            raise
-        sys.path.append(cwd)  # appended: an installed module of the same name still wins
-        importlib.import_module(module)
-    return name
 
 
 def env_spec(env_id: str) -> EnvSpec:

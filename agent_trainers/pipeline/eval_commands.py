@@ -252,14 +252,17 @@ def run_report_command(args: argparse.Namespace) -> int:
 
 
 def run_view_command(args: argparse.Namespace) -> int:
-    """Run ``agent-r1 view``: write the HTML viewer of a JSONL file."""
+    """Run ``agent-r1 view``: write the HTML viewer of a JSONL file (no torch or transformers imported, unless a
+    tokenizer has no ``tokenizer.json`` to read: see :func:`agent_trainers.policies.decoder.load_decoder`)."""
+    if not Path(args.file).is_file():  # before any import or tokenizer: a mistyped name is one line at once
+        raise FileNotFoundError(f"{args.file}: no such file")
     from agent_trainers.evaluation.viewer import write_viewer
 
     tokenizer = None
     if args.tokenizer.lower() != "none":
-        from agent_trainers.policies import load_tokenizer
+        from agent_trainers.policies.decoder import load_decoder
 
-        tokenizer = load_tokenizer(args.tokenizer)
+        tokenizer = load_decoder(args.tokenizer)
     out = args.out or str(Path(args.file).with_suffix(".html"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)

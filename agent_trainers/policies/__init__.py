@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
+    from agent_trainers.policies.cache import (
+        cache_root as cache_root,
+    )
     from agent_trainers.policies.device import (
         Device as Device,
     )
@@ -33,9 +36,6 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
     )
     from agent_trainers.policies.loader import (
         MODEL_NAMES as MODEL_NAMES,
-    )
-    from agent_trainers.policies.loader import (
-        cache_root as cache_root,
     )
     from agent_trainers.policies.loader import (
         load_model as load_model,
@@ -107,10 +107,10 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
+        "cache": ["cache_root"],
         "device": ["Device", "bf16_enabled", "cpu_has_native_bf16", "resolve_device"],
         "loader": [
             "MODEL_NAMES",
-            "cache_root",
             "load_model",
             "load_tokenizer",
             "prepare_tokenizer",

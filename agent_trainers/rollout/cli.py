@@ -141,10 +141,29 @@ def run_rollout_cli(args: Sequence[str] | None = None) -> int:
             raise ValueError(
                 f"--episodes must be a positive multiple of --group-size (got {ns.episodes}, {ns.group_size})"
             )
+        _check_env_id(ns.env)
         return _run(ns, config, env_kwargs)
     except (ValueError, FileNotFoundError) as err:
         print(f"agent-r1 rollout: error: {one_line(err)}", file=sys.stderr)
         return 2
+
+
+def _check_env_id(env_id: str) -> None:
+    """Resolve ``--env`` before a model loads: a ``module:`` id imports its module (from the working directory
+    too, as ``agent-r1 train`` and ``eval`` do); an unknown id or a module that does not import is one line.
+
+    Raises:
+        ValueError: Naming the id and what went wrong (Gymnasium's "did you mean", the missing module).
+    """
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401 - registers the built-in ids
+    from agent_gym.registration import import_env_module
+
+    try:
+        gym.spec(import_env_module(env_id))
+    except (gym.error.Error, ImportError) as exc:
+        raise ValueError(f"--env {env_id!r}: {' '.join(str(exc).split())}") from None
 
 
 def _run(ns: argparse.Namespace, config: RolloutConfig, env_kwargs: dict[str, Any]) -> int:

@@ -38,7 +38,7 @@ import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the environment ids)
 from agent_gym.core.info import ResetInfo, StepInfo
-from agent_trainers.policies.sampling import ChatPolicy, Generation, SessionPolicy, TokenPolicy
+from agent_trainers.policies.sampling import ChatPolicy, FinishReason, Generation, SessionPolicy, TokenPolicy
 from agent_trainers.rollout.chat import ChatTokenizer
 from agent_trainers.rollout.concurrency import run_with_timeouts
 from agent_trainers.rollout.config import RolloutConfig
@@ -116,7 +116,8 @@ class _Episode:
         t.completion_ids.extend(gen.token_ids)
         t.loss_mask.extend([1] * len(gen.token_ids))
         t.logprobs.extend(float(x) for x in gen.logprobs)
-        t.turns.append(TurnSpan(start=start, end=len(t.completion_ids), env_end=len(t.completion_ids)))
+        cut = gen.finish_reason == FinishReason.LENGTH
+        t.turns.append(TurnSpan(start=start, end=len(t.completion_ids), env_end=len(t.completion_ids), cut=cut))
         self.turn_text = self.chat.split_turn(gen.token_ids)
         self.messages.append({"role": "assistant", "content": self.turn_text[0]})
         return self.turn_text[0]
@@ -124,7 +125,7 @@ class _Episode:
     def add_text_turn(self, gen: Generation) -> str:
         """Text mode: record a model turn that has no token ids."""
         self.messages.append({"role": "assistant", "content": gen.text or ""})
-        self.traj.turns.append(TurnSpan(0, 0, 0))
+        self.traj.turns.append(TurnSpan(0, 0, 0, cut=gen.finish_reason == FinishReason.LENGTH))
         self.unstepped = True
         return gen.text or ""
 

@@ -42,6 +42,7 @@ class _TurnShape(TypedDict):
     reward: NotRequired[float]
     reward_terms: NotRequired[dict[str, float]]
     format_errors: NotRequired[list[str]]
+    cut: NotRequired[bool]
 
 
 _SHAPES: dict[str, TypeAdapter[Any]] = {

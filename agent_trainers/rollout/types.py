@@ -24,6 +24,8 @@ class TurnSpan:
         reward_terms: The weighted reward terms of that step.
         format_errors: Why the env refused the turn's action as malformed
             (``info["format_errors"]``; empty when it was well formed or never stepped).
+        cut: The reply hit a token limit (``max_new_tokens_per_turn``, or the episode's
+            ``max_total_tokens``) before it ended: the env read an unfinished action.
     """
 
     start: int
@@ -32,6 +34,7 @@ class TurnSpan:
     reward: float = 0.0
     reward_terms: dict[str, float] = field(default_factory=dict)
     format_errors: list[str] = field(default_factory=list)
+    cut: bool = False
 
 
 @dataclass

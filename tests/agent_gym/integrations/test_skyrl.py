@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import gymnasium as gym
 import pytest
 
@@ -15,7 +19,7 @@ from agent_gym.integrations.skyrl import (  # noqa: E402
     skyrl_dataset_rows,
 )
 from tests.agent_gym.integrations.conftest import ENV_IDS, native_oracle_run  # noqa: E402
-from tests.conftest import LookupEnv  # noqa: E402
+from tests.conftest import REPO_ROOT, LookupEnv  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -122,5 +126,45 @@ def test_dataset_rows_carry_the_prompt_init_returns():
 
 
 def test_all_registry_ids_are_registered_once(registered):
-    assert registered == ENV_IDS
-    assert register_skyrl_envs() == ENV_IDS  # idempotent
+    assert registered[: len(ENV_IDS)] == ENV_IDS  # then any id registered with register_env so far
+    assert register_skyrl_envs()[: len(ENV_IDS)] == ENV_IDS  # idempotent
+
+
+USERS_SCRIPT = """
+import skyrl_gym
+
+import units_env  # the user's module: register_env("Newcomer/Units-v0", ...)
+from agent_gym.integrations.skyrl import register_skyrl_envs, skyrl_dataset_rows
+
+register_skyrl_envs()
+env = skyrl_gym.make("Newcomer/Units-v0", env_config={}, extras={"task_index": 1, "max_turns": 8})
+prompt, _ = env.init([])
+print(prompt[-1]["role"], env.step("no tool call")["reward"] < 0)
+row = skyrl_dataset_rows("units_env:Newcomer/Units-v0", [0])[0]  # a module:id, as agent-r1 takes it
+env = skyrl_gym.make(row["env_class"], env_config={}, extras={"task_index": row["task_index"]})
+print(env.init(row["prompt"])[0] == row["prompt"])
+"""
+
+
+def test_a_users_own_env_follows_the_documented_steps(tmp_path):
+    """integrations.md's SkyRL steps on one's own env (issue 41.5): ``register_skyrl_envs()`` registered only
+    the ``AgentR1/*`` ids, so ``skyrl_gym.make`` did not know an id registered with ``register_env``. Run as a
+    user's script in their own folder, beside their module."""
+    (tmp_path / "units_env.py").write_text(
+        "from agent_gym import register_env\n"
+        'register_env("Newcomer/Units-v0", "tests.conftest:LookupEnv", max_episode_steps=3)\n'
+    )
+    (tmp_path / "train_skyrl.py").write_text(USERS_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "train_skyrl.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["user", "True", "True"]
+
+
+def test_an_unknown_id_is_one_line_naming_it():
+    with pytest.raises(ValueError, match=r"register_skyrl_env: 'no_such_module_here:X/Y-v0': No module named"):
+        register_skyrl_envs(["no_such_module_here:X/Y-v0"])
+    with pytest.raises(ValueError, match=r"'AgentR1/HotpotQ-v0': .*Did you mean: `HotpotQA`"):
+        register_skyrl_env("AgentR1/HotpotQ-v0")

@@ -22,6 +22,7 @@ from agent_gym.testing import (
     check_copies,
     check_step,
     check_text_env,
+    odd_arguments,
     random_call,
     random_episode_actions,
     run_episode,
@@ -169,7 +170,8 @@ def test_check_text_env_plays_max_steps_steps_per_episode_by_default():
     env = Endless()
     check_text_env(env, skip_gymnasium_checker=True)
     played = [n for n in env.episodes if n]
-    assert played == [10] * 6  # seeds 0, 1, 2, each twice; no oracle episode
+    odd = len(odd_arguments(env.tools["lookup"]))  # then one step per odd argument set of its one tool
+    assert played == [10] * 6 + [1] * odd  # seeds 0, 1, 2, each twice; no oracle episode; no turn limit
 
 
 def test_check_text_env_runs_gymnasiums_checker_by_default():

@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from agent_trainers.pipeline.cli import main
-from tests.conftest import LookupEnv
+from agent_trainers.pipeline.config import PACKAGED_CONFIGS
+from tests.conftest import LookupEnv, run_agent_r1
 
 ENV_ID = "Test/CLILookup-v0"
 if ENV_ID not in gym.registry:
@@ -202,6 +203,25 @@ def test_a_packaged_config_is_taken_by_name_from_any_folder(tmp_path, capsys, mo
     assert "must end in .yaml" in capsys.readouterr().err
 
 
+def test_the_guides_config_path_works_after_a_pip_install(tmp_path):
+    """getting_started.md's ``agent-r1 train --config configs/tiny.yaml`` typed in a folder without ``configs/``
+    (a pip install) stopped with "no config file 'configs/tiny.yaml' (and no packaged config of that name: ...,
+    tiny)" (issue 41.1): the path's file name is a packaged config's, so that one is read, and named."""
+    done = run_agent_r1("train", "--config", "configs/tiny.yaml", "--print-config", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["model"]["name"] == "tiny-random"
+    packaged = PACKAGED_CONFIGS / "tiny.yaml"
+    assert done.stderr.splitlines() == [
+        f"config: 'configs/tiny.yaml' does not exist here; using the packaged tiny.yaml ({packaged})"
+    ]
+    (tmp_path / "configs").mkdir()  # a file at the path itself wins, silently
+    (tmp_path / "configs" / "tiny.yaml").write_text("seed: 7\n")
+    mine = run_agent_r1("train", "--config", "configs/tiny.yaml", "--print-config", cwd=tmp_path)
+    assert yaml.safe_load(mine.stdout)["seed"] == 7 and mine.stderr == ""
+    missing = run_agent_r1("train", "--config", "configs/tinyy.yaml", cwd=tmp_path)  # no packaged config's name
+    assert missing.returncode == 2 and "no config file 'configs/tinyy.yaml'" in missing.stderr
+
+
 def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["rollout", "--help"])
@@ -257,6 +277,17 @@ def test_a_core_install_names_the_extra_a_command_needs_in_one_line(args, messag
     done = subprocess.run([sys.executable, "-c", _CORE_ONLY, *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert "pip install 'agent-r1-gym[train]'" in done.stderr
+
+
+def test_a_module_error_raised_without_a_name_keeps_its_own_text():
+    """Gymnasium re-raises a failed ``module:id`` import as ``ModuleNotFoundError(text)`` with no ``name``: the
+    one-line message printed "No module named ''" (issue 41.2)."""
+    from agent_trainers.errors import missing_extra
+
+    gymnasium_style = ModuleNotFoundError("No module named 'unit_env'. Environment registration via importing failed")
+    assert missing_extra(gymnasium_style) == "No module named 'unit_env'. Environment registration via importing failed"
+    named = ModuleNotFoundError("No module named 'trl'", name="trl")
+    assert missing_extra(named).startswith("No module named 'trl': this command needs the train extra")
 
 
 def test_a_core_install_lists_the_envs_and_its_version():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 import torch
 
@@ -38,7 +40,7 @@ def test_a_checkpoint_folder_loads_the_same_way_with_the_asked_dtype(tmp_path):
 def test_the_tokenizer_parses_the_tool_calls_its_template_writes(smollm2_tokenizer):
     tok = load_tokenizer("smollm2")
     prompt = tok.apply_chat_template([{"role": "user", "content": "q"}], tokenize=True, add_generation_prompt=True)
-    if isinstance(prompt, dict):
+    if isinstance(prompt, Mapping):  # a dict up to transformers 5.24, a BatchEncoding (a UserDict) from 5.25
         prompt = prompt["input_ids"]
     text = '<tool_call>\n{"name": "search", "arguments": {"query": "Jaws"}}\n</tool_call><|im_end|>'
     parsed = tok.parse_response(tok(text, add_special_tokens=False)["input_ids"], prefix=prompt)

@@ -5,6 +5,13 @@ from __future__ import annotations
 from agent_trainers.rollout import load_jsonl
 from agent_trainers.rollout.cli import run_rollout_cli
 from tests.agent_trainers.conftest import LOOKUP_ID
+from tests.conftest import run_agent_r1
+
+UNITS_ENV = """# units_env.py: a user's module in the folder they work in
+from agent_gym import register_env
+
+register_env("Newcomer/Units-v0", "agent_gym.envs.bandit:BanditEnv", max_episode_steps=2)
+"""
 
 
 def test_plays_checks_and_saves_with_the_shared_loader(tmp_path, capsys, one_thread):
@@ -32,3 +39,21 @@ def test_bad_options_are_one_line_errors(tmp_path, capsys):
     assert "unknown model 'tiny'" in err and "'tiny-random'" in err and err.count("\n") == 1
     assert run_rollout_cli([*base, "--episodes", "3", "--group-size", "2"]) == 2
     assert "positive multiple of --group-size" in capsys.readouterr().err
+
+
+def test_a_module_id_is_imported_from_the_working_folder_as_train_and_eval_do(tmp_path):
+    """``agent-r1 rollout --env units_env:Newcomer/Units-v0`` beside units_env.py printed "No module named ''"
+    where ``train`` and ``eval`` take the same id (issue 41.2); a misspelt module is named in one line."""
+    (tmp_path / "units_env.py").write_text(UNITS_ENV)
+    args = ["--model", "tiny-random", "--device", "cpu", "--episodes", "1", "--max-new-tokens-per-turn", "4"]
+    done = run_agent_r1("rollout", "--env", "units_env:Newcomer/Units-v0", *args, "--out", "r.jsonl", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "token-exact" in done.stdout and [t.task_index for t in load_jsonl(tmp_path / "r.jsonl")] == [0]
+    typo = run_agent_r1("rollout", "--env", "unit_env:Newcomer/Units-v0", *args, cwd=tmp_path)
+    assert (typo.returncode, typo.stderr) == (
+        2,
+        "agent-r1 rollout: error: --env 'unit_env:Newcomer/Units-v0': No module named 'unit_env'\n",
+    )
+    unknown = run_agent_r1("rollout", "--env", "Newcomer/Units-v0", *args, cwd=tmp_path)  # not registered: no module
+    assert unknown.returncode == 2 and unknown.stderr.startswith("agent-r1 rollout: error: --env 'Newcomer/Units-v0': ")
+    assert unknown.stderr.count("\n") == 1 and not (tmp_path / "runs").exists()
