@@ -94,7 +94,8 @@ def plan_runs(spec: SweepSpec, out: str | Path, overrides: Mapping[str, Any] | N
 
 
 def _run(recipe: TrainConfig, arm: Arm, seed: int, folder: Path, before: Mapping[str, Run]) -> Run:
-    config, left = recipe, []
+    config = recipe
+    left: list[str] = []
     if arm.algorithm is not None and arm.algorithm != recipe.algorithm:
         config, left = config.with_algorithm(arm.algorithm)
     stage: dict[str, Any] = {"seed": seed, "output_dir": str(folder), "eval.before": False}

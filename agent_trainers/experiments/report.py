@@ -80,8 +80,9 @@ def _table(
             s = _seconds_per_step(run)
             seconds = "—" if s is None else f"{s:.1f}"
         cost = costs.get(run.name, {})
-        wall = f"{cost['wall_s'] / 60:.1f}" if cost.get("wall_s") is not None else "—"
-        peak = f"{cost['peak_rss_mb']:,.0f}" if cost.get("peak_rss_mb") is not None else "—"
+        wall_s, peak_mb = cost.get("wall_s"), cost.get("peak_rss_mb")
+        wall = "—" if wall_s is None else f"{wall_s / 60:.1f}"
+        peak = "—" if peak_mb is None else f"{peak_mb:,.0f}"
         step = ""
         if steps is not None:
             k, dev = steps[run.name]

@@ -54,8 +54,9 @@ def run_sweep(
     say: Callable[[str], None] = print,
 ) -> SweepResult:
     """Run (or continue) every run, freeze the choices, evaluate the test set once, and write the report."""
-    from agent_trainers.experiments import protocol, report
-    from agent_trainers.experiments import runner as runners
+    import agent_trainers.experiments.protocol as protocol
+    import agent_trainers.experiments.report as report
+    import agent_trainers.experiments.runner as runners
 
     if seeds is not None:
         spec = spec.model_copy(update={"seeds": list(seeds)})

@@ -522,7 +522,8 @@ def _carry_section(data: dict[str, Any], old: str, new: str) -> None:
     section = data.pop(old)
     old_type = ALGORITHM_SECTIONS[Algorithm(old)]
     kept = carried_over(old_type, ALGORITHM_SECTIONS[Algorithm(new)])
-    explicit = data.get(new) if isinstance(data.get(new), dict) else {}
+    given = data.get(new)
+    explicit: dict[str, Any] = given if isinstance(given, dict) else {}
     data[new] = {**{k: v for k, v in section.items() if k in kept}, **explicit}
     defaults = old_type().model_dump(mode="json")
     left = [f"{old}.{k}" for k, v in section.items() if k not in kept and v != defaults.get(k)]

@@ -94,7 +94,7 @@ def test_the_event_files_hold_the_training_curves(tmp_path):
     ("args", "message"),
     [
         (["--set", "rl.steps=abc"], "rl.steps: Input should be a valid integer, unable to parse string"),
-        (["--set", "algorithm=ppo2"], "'reinforce_pp_baseline', 'gigpo' or 'ppo' (got 'ppo2')"),
+        (["--set", "algorithm=ppo2"], "'gigpo', 'ppo' or 'rft' (got 'ppo2')"),
         (["--set", "device=tpu"], "device: Input should be 'auto', 'cpu' or 'cuda' (got 'tpu')"),
         (["--set", "report_to=mlflow"], "report_to: Input should be 'none', 'tensorboard' or 'wandb'"),
         (["--set", "rl.num_generations=1"], "rl.num_generations: Input should be greater than or equal to 2"),
