@@ -150,7 +150,8 @@ class EnvRollouts:
     """Plays the training tasks' episodes with the rollout engine, seeded per call (every trainer's rollouts).
 
     Attributes:
-        rows: The training (and eval) dataset rows, to map prompts to tasks.
+        rows: The training (and eval) dataset rows: the tasks dynamic sampling draws from, and a map from prompts to
+            tasks for callers that pass only prompts.
         env_kwargs: Keyword arguments for ``gymnasium.make``.
         config: Rollout settings (the TRL adapter takes ``temperature`` and ``top_p`` from
             the trainer at each call: TRL's loss uses the same temperature).
@@ -189,11 +190,20 @@ class EnvRollouts:
     calls: int = 0
     last_stats: dict[str, float] = field(default_factory=dict, repr=False)
     asynchronous: Any = field(default=None, repr=False, compare=False)
-    _index: dict[str, Task] = field(default_factory=dict, repr=False)
+    _index: dict[str, list[Task]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for row in self.rows:
-            self._index[prompt_key(row["prompt"])] = (str(row["env_id"]), int(row["task_index"]))
+            task = (str(row["env_id"]), int(row["task_index"]))
+            tasks = self._index.setdefault(prompt_key(row["prompt"]), [])
+            if task not in tasks:
+                tasks.append(task)
+
+    @property
+    def tasks(self) -> list[Task]:
+        """Every task of :attr:`rows`, once each, in row order (tasks may share a prompt: a bandit's arms, a
+        question asked twice)."""
+        return [t for tasks in self._index.values() for t in tasks]
 
     def state_dict(self) -> dict[str, int]:
         """What a checkpoint must keep for an exact resume."""
@@ -243,7 +253,7 @@ class EnvRollouts:
         tied = [k for k, g in enumerate(slots) if returns_tie(g)]
         played, dropped, rounds = len(slots), 0, 0
         used = set(tasks)
-        pool = [t for t in dict.fromkeys(self._index.values()) if t not in used]
+        pool = [t for t in self.tasks if t not in used]
         draw = random.Random(f"{self.seed}/{self.calls}/dynamic-sampling")
         while tied and rounds < self.dynamic_sampling_tries and pool:
             rounds += 1

@@ -121,6 +121,8 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     Attributes:
         task_schedule: The tasks of each step, in order (read-only; the asynchronous rollouts read the next ones).
+        tasks_in_generation: While TRL generates, the task of each of its prompts (from the rows' ``env_id`` and
+            ``task_index``): the rollout function plays these (tasks may share a prompt); None otherwise.
 
     Example:
         >>> trainer = AgentGRPOTrainer(model=model, reward_funcs=[env_reward], args=make_grpo_config(...),
@@ -180,6 +182,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             add_fused_lm_head(reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
             self.kl_reference = self.accelerator.prepare_model(reference, evaluation_mode=True)
         self.add_callback(RolloutStateCallback(self.rollout_func))
+        self.tasks_in_generation: list[Task] | None = None
 
     def upcoming_tasks(self, tasks: list[Task], count: int) -> list[list[Task]]:
         """The tasks of the (at most ``count``) steps after the current one (:attr:`task_schedule`), when the current
@@ -229,7 +232,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["update/skipped"].append(1.0 if skip else 0.0)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super()._generate_and_score_completions(inputs)
+        self.tasks_in_generation = [(str(row["env_id"]), int(row["task_index"])) for row in inputs]
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self.tasks_in_generation = None
         if not self.model.training:
             return output  # evaluation keeps TRL's scalar advantages
         completion_ids = output["completion_ids"]

@@ -2,8 +2,9 @@
 
 * :class:`EnvRolloutFunc` is an :class:`~agent_trainers.rollout.training.EnvRollouts`
   that TRL calls as its ``rollout_func``. TRL hands it the prompts,
-  each repeated ``num_generations`` times (group members adjacent); it maps
-  each group back to its task, plays the ``G`` episodes of every task
+  each repeated ``num_generations`` times (group members adjacent); it finds
+  each group's task (from the trainer's ``tasks_in_generation``, since tasks may share a prompt, as a
+  bandit's arms do), plays the ``G`` episodes of every task
   and returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask``
   (our ``loss_mask``: env tokens are kept out of the loss), per rollout its
   ``trajectory``, and for the call its ``staleness`` (steps between the policy that played it and the one
@@ -88,18 +89,40 @@ class EnvRolloutFunc(EnvRollouts):
     time; the next calls' tasks come from the trainer's step schedule (``upcoming_tasks``).
     """
 
-    def _tasks(self, prompts: list[Any], group: int) -> list[Task]:
+    def _tasks(self, prompts: list[Any], group: int, trainer: Any) -> list[Task]:
+        """Each group's task: the trainer's (``tasks_in_generation``, :class:`AgentGRPOTrainer`'s) where it says,
+        checked against the prompt; else the one task of :attr:`rows` with that prompt.
+
+        Raises:
+            ValueError: A group is not ``group`` copies of one task's prompt, or the trainer's task has another prompt.
+            KeyError: A prompt is in none of :attr:`rows`.
+            ValueError: Without the trainer's tasks, several tasks share a group's prompt (the prompt cannot tell
+                which to play).
+        """
         if len(prompts) % group:
             raise ValueError(f"number of prompts must be divisible by num_generations (got {len(prompts)}, {group})")
+        posed = getattr(trainer, "tasks_in_generation", None)
+        if posed is not None and len(posed) != len(prompts):
+            raise ValueError(f"the trainer poses {len(posed)} tasks for {len(prompts)} prompts")
         tasks = []
         for start in range(0, len(prompts), group):
             keys = {prompt_key(p) for p in prompts[start : start + group]}
-            if len(keys) != 1:
+            if len(keys) != 1 or (posed is not None and len(set(posed[start : start + group])) != 1):
                 raise ValueError(f"prompts {start}..{start + group - 1} are not one group of a single task")
-            key = keys.pop()
-            if key not in self._index:
+            candidates = self._index.get(keys.pop())
+            if candidates is None:
                 raise KeyError("a prompt is not in the rows given to EnvRolloutFunc (build both from the same rows)")
-            tasks.append(self._index[key])
+            if posed is not None:
+                if posed[start] not in candidates:
+                    raise ValueError(f"task {posed[start]} has another prompt than the one TRL is generating for")
+                tasks.append(posed[start])
+            elif len(candidates) == 1:
+                tasks.append(candidates[0])
+            else:
+                raise ValueError(
+                    f"tasks {candidates} share one prompt, and the trainer does not say which it generates for "
+                    "(AgentGRPOTrainer does: tasks_in_generation)"
+                )
         return tasks
 
     def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
@@ -113,7 +136,7 @@ class EnvRolloutFunc(EnvRollouts):
         """Play ``len(prompts)`` episodes and return them in TRL's format."""
         training = trainer.model.training
         group = trainer.num_generations if training else trainer.num_generations_eval
-        tasks = self._tasks(prompts, group)
+        tasks = self._tasks(prompts, group, trainer)
         config = replace(self.config, temperature=trainer.temperature, top_p=trainer.top_p)
         began, staleness = time.perf_counter(), 0
         if self.asynchronous is not None and training:

@@ -253,6 +253,46 @@ def test_the_rows_are_laid_out_in_the_order_the_steps_play_them(tmp_path):
     assert trainer.upcoming_tasks(trainer.task_schedule[1], 2) == []  # not where the schedule is: no guess
 
 
+class AnswersCandlePrice:
+    """Answers 26.74 at once: the price of 'candle' in SQLite-v0 task 0's shop, not in task 135's (same question)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.tokens = tokenizer("<answer>26.74</answer>", add_special_tokens=False)["input_ids"]
+        self.tokens.append(tokenizer.eos_token_id)
+
+    def generate(self, prompts, params):
+        return [Generation(self.tokens, [-1.0] * len(self.tokens), FinishReason.STOP) for _ in prompts]
+
+
+def test_tasks_that_share_a_prompt_are_played_as_the_rows_say(tmp_path):
+    """SQLite-v0 tasks 0 and 135 ask the same question of two databases (answers 26.74 and 83.49): the prompt cannot
+    tell them apart, so the trainer tells the rollout function which task each row is; without it, it refuses."""
+    sql = "AgentR1/SQLite-v0"
+    rows = task_rows(sql, [0, 135])
+    assert rows[0]["prompt"] == rows[1]["prompt"]
+    model, tok = tiny_random_model()
+    fn = EnvRolloutFunc(rows, policy_factory=lambda m, t, seed: AnswersCandlePrice(t))
+    assert fn.tasks == [(sql, 0), (sql, 135)]
+    args = make_grpo_config(
+        device="cpu", output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, num_generations=2,
+        max_completion_length=256, seed=0,
+    )  # fmt: skip
+    trainer = AgentGRPOTrainer(
+        model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
+        rollout_func=fn, algorithm="grpo", settings=section_of("grpo", advantage="outcome"),
+    )  # fmt: skip
+    trainer.model.train()
+    for task, reward in [(0, 1.0), (135, 0.0)]:
+        inputs = [dict(rows[0] if task == 0 else rows[1]) for _ in range(2)]
+        trainer._generate_and_score_completions(inputs)
+        trajs = [row["trajectory"] for row in inputs]
+        assert [(t.task_index, t.total_reward) for t in trajs] == [(task, reward)] * 2
+    assert trainer.tasks_in_generation is None  # set only while TRL generates
+    with pytest.raises(ValueError, match="share one prompt"):
+        fn([rows[0]["prompt"]] * 2, trainer)
+
+
 def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
     trainer = make_trainer(tmp_path, "grpo", "outcome", scripted, beta=0.1)
     assert trainer.beta == 0.1 and trainer.kl_coef == 0.0 and (tmp_path / "reference" / "config.json").is_file()
