@@ -86,23 +86,24 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
 
 
 def open_run(config: TrainConfig, *, resume: bool = False, checked: bool = False) -> RunState:
-    """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, ``device: cuda``
-    without a GPU or a logger that is not installed is a one-line ``ValueError`` before anything is written), its
-    folder and saved config, the seeds, the threads, the model; the state the stages take. ``checked``: the
-    config already passed :func:`~agent_trainers.pipeline.config.preflight` (the command line runs it before
-    importing this module), so the envs are not built again."""
+    """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, an env
+    without the SFT stage's demonstrator, ``device: cuda`` without a GPU or a logger that is not installed is a
+    one-line ``ValueError`` before anything is written), the seeds, the threads, the model, and only then its
+    folder and saved config (a model that fails to load leaves no run folder behind); the state the stages take.
+    ``checked``: the config already passed :func:`~agent_trainers.pipeline.config.preflight` (the command line
+    runs it before importing this module), so the envs are not built again."""
     if not checked:
         preflight(config)  # a bad env section, cuda without a GPU, a missing logger: before any file
     device_args(config.device, config.bf16, config.report_to)  # and bf16 where the device has none
     out, main = Path(config.output_dir), is_main_process()
-    out.mkdir(parents=True, exist_ok=True)
-    if main:
-        write_atomic(out / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
     threads = apply_threads(config.threads)
     if main and config.threads == "auto":
         print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
     model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    if main:
+        write_atomic(out / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     return RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
 
 

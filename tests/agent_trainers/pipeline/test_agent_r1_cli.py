@@ -134,6 +134,61 @@ def test_device_and_logger_are_refused_before_anything_is_written(tmp_path, caps
     assert not (tmp_path / "run").exists()
 
 
+NO_ORACLE_MODULE = """
+from agent_gym import ToolEnv, register_env
+from tests.conftest import LookupEnv
+
+
+class NoOracleEnv(LookupEnv):
+    oracle_action = ToolEnv.oracle_action  # a user's env before it has an oracle
+
+
+register_env("Mine/NoOracle-v0", NoOracleEnv, max_episode_steps=2)
+"""
+
+
+def test_an_env_without_an_oracle_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """Under the default ``sft.enabled: true`` an env without ``oracle_action()`` stopped with a 30-line traceback
+    12 s in, after stage 1 had written the run folder, and the message did not name the fix (issue 41.3)."""
+    (tmp_path / "mine_env.py").write_text(NO_ORACLE_MODULE)
+    done = run_agent_r1("train", "--config", "tiny", "--set", "env.id=mine_env:Mine/NoOracle-v0", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "agent-r1 train: error: sft.enabled: mine_env:Mine/NoOracle-v0 (mine_env:NoOracleEnv) has no oracle_action() "
+        "to play the SFT demonstrations; train without SFT (--set sft.enabled=false, or sft: {enabled: false}) or "
+        "implement oracle_action() (docs/custom_env.md)\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_flawed_demonstrations_without_a_flawed_demonstrator_are_refused_before_anything_is_written(tmp_path, capsys):
+    """``sft.flawed_share`` on an env without ``flawed_oracle_action()`` failed in the SFT stage, after the first
+    evaluation had been written."""
+    assert main(["train", "--config", str(write_config(tmp_path, 1)), "--set", "sft.flawed_share=0.5"]) == 2
+    assert capsys.readouterr().err == (
+        f"agent-r1 train: error: sft.flawed_share: {ENV_ID} (tests.conftest:LookupEnv) has no flawed_oracle_action() "
+        "to play flawed demonstrations; set sft.flawed_share to 0 (--set sft.flawed_share=0) or implement "
+        "flawed_oracle_action()\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_that_fails_to_load_leaves_no_run_folder_and_a_resumed_run_untouched(tmp_path, capsys):
+    """A failed model load left ``config.yaml`` behind in a run folder of its own making (issue 41.3)."""
+    config = str(write_config(tmp_path, 1))
+    assert main(["train", "--config", config, "--set", "model.name=gpt-9000"]) == 2
+    assert "unknown model 'gpt-9000'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    run = tmp_path / "run"  # an earlier run's folder, resumed with a model that does not load: left as it was
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {name: tiny-random}\n")
+    (run / "metrics.jsonl").write_text('{"stage": "eval", "phase": "before", "step": 0}\n')
+    assert main(["train", "--config", config, "--set", "model.name=gpt-9000", "--resume"]) == 2
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "metrics.jsonl"]
+    assert (run / "config.yaml").read_text() == "model: {name: tiny-random}\n"
+    assert (run / "metrics.jsonl").read_text() == '{"stage": "eval", "phase": "before", "step": 0}\n'
+
+
 _HEAVY_PROBE = """
 import sys
 from agent_trainers.pipeline.cli import main
