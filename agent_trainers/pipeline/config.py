@@ -192,6 +192,10 @@ class TrainConfig(_Section):
     """bf16 autocast in training; ``null`` turns it on where the device supports it (CUDA with bf16)."""
     report_to: ReportTo = ReportTo.NONE
     """Where training curves go besides ``metrics.jsonl``: ``none``, ``tensorboard`` or ``wandb``."""
+    verbose: bool = False
+    """Also print what a run hides by default: the trainers' dict of every logged value at each SFT and RL step
+    (``metrics.jsonl`` and the one-line step summary hold the figures either way) and the messages known to be
+    harmless (:data:`~agent_trainers.algorithms.shared.console.HARMLESS`). ``agent-r1 train -v`` sets it."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The policy model."""
     env: EnvConfig = Field(default_factory=EnvConfig)

@@ -31,6 +31,7 @@ import torch
 from transformers import TrainerCallback
 
 from agent_gym.core.files import write_atomic
+from agent_trainers.algorithms.shared.console import progress_bar_only
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
 from agent_trainers.algorithms.shared.names import Algorithm
 from agent_trainers.algorithms.shared.sections import ESTIMATOR_SECTIONS, TRLSettings
@@ -203,7 +204,7 @@ def run_sft_stage(state: RunState) -> None:
         seed=c.seed,
     )
     state.model.train()
-    trainer = run_sft(state.model, state.tokenizer, episodes, args)
+    trainer = run_sft(state.model, state.tokenizer, episodes, args, print_logs=c.verbose)
     state.model.eval()
     for record in trainer.state.log_history:
         numeric = {k: float(v) for k, v in record.items() if isinstance(v, int | float)}
@@ -333,6 +334,8 @@ def run_trl_rl_stage(state: RunState) -> None:
         importance_sampling=r.async_rollouts.importance_sampling,
         importance_cap=r.async_rollouts.importance_cap,
     )
+    if not c.verbose:
+        progress_bar_only(trainer)
     _add_callbacks(state, trainer)
     if r.async_rollouts.enabled:  # a generation worker plays the next steps' episodes while this one trains
         rollout_fn.asynchronous = r.async_rollouts.worker(rollout_fn, state.model, state.tokenizer)

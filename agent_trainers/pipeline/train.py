@@ -13,6 +13,7 @@ Everything a run produces goes under ``config.output_dir``::
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from transformers import TrainerCallback, set_seed
 
 from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+from agent_trainers.algorithms.shared.console import harmless_messages_hidden
 from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.algorithms.shared.settings import device_args
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
@@ -123,19 +125,29 @@ def run_training(
         callbacks: Extra ``TrainerCallback`` s for the RL trainer.
         checked: ``config`` already passed :func:`~agent_trainers.pipeline.config.preflight`.
 
+    Unless ``config.verbose``, the messages known to be harmless
+    (:data:`~agent_trainers.algorithms.shared.console.HARMLESS`) are hidden and the trainers print their
+    progress bars without the dict of every logged value.
+
     Returns:
         The evaluations, output folder and plot path.
     """
-    state = open_run(config, resume=resume, checked=checked)
+    with contextlib.nullcontext() if config.verbose else harmless_messages_hidden():
+        state = open_run(config, resume=resume, checked=checked)
+        state.callbacks = list(callbacks)
+        state.rl_checkpoint = last_complete_checkpoint(state.out / "rl") if resume else None
+        _run_stages(state)
     out, main = state.out, is_main_process()
-    state.callbacks = list(callbacks)
-    state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None
+    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)
+
+
+def _run_stages(state: RunState) -> None:
+    """The enabled stages in order, each announced in one line."""
     start = time.perf_counter()
     for i, stage in enumerate(STAGES, 1):
         if not stage.enabled(state):  # decided in turn: eval_after_sft depends on what sft did
             continue
-        if main:
+        if is_main_process():
             minutes = (time.perf_counter() - start) / 60
             print(f"[train] stage {i}/{len(STAGES)}: {stage.name} ({minutes:.1f} min in)", flush=True)
         stage.run(state)
-    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)

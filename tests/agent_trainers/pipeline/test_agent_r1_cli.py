@@ -277,6 +277,28 @@ def test_the_guides_config_path_works_after_a_pip_install(tmp_path):
     assert missing.returncode == 2 and "no config file 'configs/tinyy.yaml'" in missing.stderr
 
 
+QUICK_TINY = ("--set", "rl.steps=1", "--set", "sft.episodes=2", "--set", "eval.before=false")
+"""``--config tiny`` cut to one SFT and one RL step."""
+
+
+def test_a_run_prints_its_own_lines_and_the_trainers_dicts_and_known_warnings_only_with_verbose(tmp_path):
+    """Every ``agent-r1 train`` printed TRL's "experimental" warning, a tokenizer warning and TRL's 40-key dict per
+    step beside the project's own one-line summary (issue 41.10)."""
+    done = run_agent_r1("train", "--config", "tiny", *QUICK_TINY, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "[train] stage 2/5: sft (0.0 min in)" in lines and any(line.startswith("RL step 1/1: ") for line in lines)
+    assert [line for line in lines if line.startswith("{")] == []  # no trainer dict, SFT's, RL's or the summary's
+    assert "experimental feature" not in done.stderr and "clean_up_tokenization_spaces" not in done.stderr
+    verbose = run_agent_r1("train", "--config", "tiny", *QUICK_TINY, "-v", "--set", "output_dir=runs/v", cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stderr
+    dicts = [line for line in verbose.stdout.splitlines() if line.startswith("{")]
+    assert [d.split("'")[1] for d in dicts] == ["loss", "train_runtime", "loss", "train_runtime"]  # SFT, then RL
+    assert "'rollout/turns'" in dicts[2]  # the RL step's dict, with our rollout figures among TRL's
+    assert "UserWarning: You are using 'rollout_func', which is an experimental feature." in verbose.stderr
+    assert "clean_up_tokenization_spaces" not in verbose.stderr  # turned off for good: prepare_tokenizer
+
+
 def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["rollout", "--help"])
