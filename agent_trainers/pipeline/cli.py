@@ -3,7 +3,7 @@
 Sub-commands::
 
     agent-r1 envs                          list registered environments
-    agent-r1 train --config FILE [--resume] [--print-config] [--set algorithm=rloo --set rl.steps=2 ...]
+    agent-r1 train --config FILE [--resume] [--print-config] [-v] [--set algorithm=rloo --set rl.steps=2 ...]
     agent-r1 eval  --env ID [--data-path P] [--method closed-book|naive-rag|base-tool-call|agent] [--model M]
                    [--base-url URL] [--limit N] [--out DIR] [--max-new-tokens-per-turn N ...]
                    (resumable; the rollout options are RolloutConfig's; see agent_trainers.pipeline.eval_commands)
@@ -88,6 +88,13 @@ def build_parser(extra: Mapping[str, Command] | None = None) -> argparse.Argumen
     train.add_argument(
         "--print-config", action="store_true", help="print the resolved config (defaults filled in) and exit"
     )
+    train.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the trainers' dict of every logged value per step and the known-harmless warnings "
+        "(= --set verbose=true)",
+    )
     sub.add_parser("rollout", help="play episodes and save trajectories (rollout engine CLI)", add_help=False)
     demo = sub.add_parser("demo", help="the HotpotQA job: SFT + GRPO, then five methods on 30 held-aside questions")
     demo.add_argument("--config", default=None, help="config file (default: the packaged demo.yaml)")
@@ -114,7 +121,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from agent_trainers.pipeline.config import load_config, preflight
 
-    config = load_config(args.config, parse_set(args.set))  # no torch, TRL or transformers before this passes
+    overrides = parse_set(args.set) | ({"verbose": True} if args.verbose else {})
+    config = load_config(args.config, overrides)  # no torch, TRL or transformers before this passes
     if args.print_config:  # what the run would use, every default filled in; nothing runs, nothing is written
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0

@@ -55,7 +55,14 @@ from agent_trainers.algorithms.shared.sections import (
 )
 from agent_trainers.algorithms.shared.settings import MOVED_RL_KEYS, ReportTo, RLConfig, check_logger, moved_key_error
 from agent_trainers.errors import describe_error
-from agent_trainers.pipeline.env_settings import check_env_settings, default_kwargs
+from agent_trainers.pipeline.env_settings import (
+    TaskSplit,
+    check_demonstrators,
+    check_env_settings,
+    default_kwargs,
+    split_tasks,
+)
+from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.device import Device, bf16_enabled, check_device
 from agent_trainers.policies.threads import Threads
 from agent_trainers.rollout.config import RolloutConfig
@@ -73,6 +80,7 @@ __all__ = [
     "load_config",
     "load_yaml",
     "set_dotted",
+    "task_split",
 ]
 
 
@@ -105,7 +113,8 @@ class EnvConfig(_Section):
     """``gymnasium.make`` kwargs of the held-aside evaluation env; left out: ``{split: test}`` if the env takes
     ``split``, else ``{}``."""
     train_tasks: int | None = Field(default=None, ge=1)
-    """Use the first N training tasks (None: all)."""
+    """Use the first N training tasks (None: all). When ``train_kwargs == eval_kwargs`` (one task list, e.g. an env
+    without splits), the evaluation's tasks are not training tasks: training takes the first N of the others."""
 
     @model_validator(mode="before")
     @classmethod
@@ -145,10 +154,10 @@ class EvalConfig(_Section):
     """Evaluation on a fixed held-aside sample of the eval split."""
 
     tasks: int = Field(default=16, ge=1)
-    """Number of eval tasks (the first N of the eval split, from ``first_task`` on)."""
+    """Number of eval tasks (the first N of the eval split, from ``first_task`` on). When the evaluation env is the
+    training env (``env.eval_kwargs == env.train_kwargs``: one task list), training leaves these tasks out."""
     first_task: int = Field(default=0, ge=0)
-    """Index of the first eval task: hold aside tasks past the training ones when the train and eval envs
-    pose the same task list (e.g. a task family whose answer is shared, as the bandit's paying arm)."""
+    """Index of the first eval task (with one task list for both, the held-aside tasks start here)."""
     temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature of evaluation rollouts (0: greedy)."""
     every: int = Field(default=4, ge=0)
@@ -183,6 +192,10 @@ class TrainConfig(_Section):
     """bf16 autocast in training; ``null`` turns it on where the device supports it (CUDA with bf16)."""
     report_to: ReportTo = ReportTo.NONE
     """Where training curves go besides ``metrics.jsonl``: ``none``, ``tensorboard`` or ``wandb``."""
+    verbose: bool = False
+    """Also print what a run hides by default: the trainers' dict of every logged value at each SFT and RL step
+    (``metrics.jsonl`` and the one-line step summary hold the figures either way) and the messages known to be
+    harmless (:data:`~agent_trainers.algorithms.shared.console.HARMLESS`). ``agent-r1 train -v`` sets it."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The policy model."""
     env: EnvConfig = Field(default_factory=EnvConfig)
@@ -371,13 +384,19 @@ def _other_errors(exc: ValidationError) -> list[str]:
 def preflight(config: TrainConfig) -> None:
     """What a run checks before it writes a file or loads a model, without importing transformers or TRL.
 
-    The ``env:`` sections (each env built and closed once), the device (torch is imported for ``device: cuda``
-    only, to ask whether a GPU is visible) and the logger (its package is looked up, not imported).
+    The ``env:`` sections (each env built and closed once), the SFT stage's demonstrator (``oracle_action()``),
+    the training and evaluation tasks (:func:`task_split`; a shared task list is said in one line), the device
+    (torch is imported for ``device: cuda`` only, to ask whether a GPU is visible) and the logger (its package is
+    looked up, not imported).
 
     Raises:
         ValueError: One line naming what is wrong.
     """
-    check_env_settings(config.env.id, {"train_kwargs": config.env.train_kwargs, "eval_kwargs": config.env.eval_kwargs})
+    env = config.env
+    check_env_settings(env.id, {"train_kwargs": env.train_kwargs, "eval_kwargs": env.eval_kwargs})
+    if config.sft.enabled:
+        check_demonstrators(env.id, env.train_kwargs, flawed=config.sft.flawed_share > 0)
+    split = task_split(config)
     check_device(config.device)
     check_logger(config.report_to)
     if config.rl.enabled and config.rl.async_rollouts.enabled:
@@ -386,6 +405,26 @@ def preflight(config: TrainConfig) -> None:
                 "rl.async_rollouts runs one generation worker for one training process (not under "
                 "accelerate launch with several processes)"
             )
+    if split.shared and is_main_process():  # said once every check has passed
+        print(f"[train] {split.describe()}", flush=True)
+
+
+def task_split(config: TrainConfig) -> TaskSplit:
+    """The run's training and evaluation tasks (:func:`~agent_trainers.pipeline.env_settings.split_tasks`): with
+    one task list for both (``env.train_kwargs == env.eval_kwargs``), training leaves the evaluation's tasks out.
+
+    Raises:
+        ValueError: The evaluation's tasks leave none to train on.
+    """
+    env, evaluation = config.env, config.eval
+    return split_tasks(
+        env.id,
+        env.train_kwargs,
+        env.eval_kwargs,
+        train_tasks=env.train_tasks,
+        eval_first=evaluation.first_task,
+        eval_tasks=evaluation.tasks,
+    )
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

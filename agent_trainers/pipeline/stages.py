@@ -25,20 +25,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import gymnasium as gym
 import torch
 from transformers import TrainerCallback
 
-from agent_gym.core.env import ToolEnv
 from agent_gym.core.files import write_atomic
+from agent_trainers.algorithms.shared.console import progress_bar_only
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
 from agent_trainers.algorithms.shared.names import Algorithm
 from agent_trainers.algorithms.shared.sections import ESTIMATOR_SECTIONS, TRLSettings
 from agent_trainers.algorithms.shared.settings import ReportTo
 from agent_trainers.evaluation.summary import EvalSummary
-from agent_trainers.pipeline.config import TrainConfig
+from agent_trainers.pipeline.config import TrainConfig, task_split
 from agent_trainers.pipeline.plots import MetricsLog
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.device import bf16_enabled
@@ -173,20 +172,10 @@ def phase_label(phase: str, config: TrainConfig) -> str:
     return labels.get(phase, phase)
 
 
-def _num_tasks(env_id: str, kwargs: dict[str, Any]) -> int:
-    env = gym.make(env_id, **kwargs)
-    try:
-        return int(cast(ToolEnv[Any], env.unwrapped).num_tasks())
-    finally:
-        env.close()
-
-
 def train_tasks(config: TrainConfig) -> list[int]:
-    """The training task indices: the first ``env.train_tasks`` (or all) of the training split."""
-    n = _num_tasks(config.env.id, config.env.train_kwargs)
-    if config.env.train_tasks is not None:
-        n = min(n, config.env.train_tasks)
-    return list(range(n))
+    """The training task indices: the first ``env.train_tasks`` (or all) of the training env's tasks, less the
+    evaluation's when both envs pose one task list (:func:`~agent_trainers.pipeline.config.task_split`)."""
+    return task_split(config).train
 
 
 # --------------------------------------------------------------------- SFT
@@ -215,7 +204,7 @@ def run_sft_stage(state: RunState) -> None:
         seed=c.seed,
     )
     state.model.train()
-    trainer = run_sft(state.model, state.tokenizer, episodes, args)
+    trainer = run_sft(state.model, state.tokenizer, episodes, args, print_logs=c.verbose)
     state.model.eval()
     for record in trainer.state.log_history:
         numeric = {k: float(v) for k, v in record.items() if isinstance(v, int | float)}
@@ -345,6 +334,8 @@ def run_trl_rl_stage(state: RunState) -> None:
         importance_sampling=r.async_rollouts.importance_sampling,
         importance_cap=r.async_rollouts.importance_cap,
     )
+    if not c.verbose:
+        progress_bar_only(trainer)
     _add_callbacks(state, trainer)
     if r.async_rollouts.enabled:  # a generation worker plays the next steps' episodes while this one trains
         rollout_fn.asynchronous = r.async_rollouts.worker(rollout_fn, state.model, state.tokenizer)

@@ -13,6 +13,7 @@ Everything a run produces goes under ``config.output_dir``::
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from transformers import TrainerCallback, set_seed
 
 from agent_gym.core.files import write_atomic
 from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
+from agent_trainers.algorithms.shared.console import harmless_messages_hidden
 from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.algorithms.shared.settings import device_args
 from agent_trainers.evaluation.metrics import Direction, View, metric_spec, shown_in
@@ -86,23 +88,24 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
 
 
 def open_run(config: TrainConfig, *, resume: bool = False, checked: bool = False) -> RunState:
-    """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, ``device: cuda``
-    without a GPU or a logger that is not installed is a one-line ``ValueError`` before anything is written), its
-    folder and saved config, the seeds, the threads, the model; the state the stages take. ``checked``: the
-    config already passed :func:`~agent_trainers.pipeline.config.preflight` (the command line runs it before
-    importing this module), so the envs are not built again."""
+    """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, an env
+    without the SFT stage's demonstrator, ``device: cuda`` without a GPU or a logger that is not installed is a
+    one-line ``ValueError`` before anything is written), the seeds, the threads, the model, and only then its
+    folder and saved config (a model that fails to load leaves no run folder behind); the state the stages take.
+    ``checked``: the config already passed :func:`~agent_trainers.pipeline.config.preflight` (the command line
+    runs it before importing this module), so the envs are not built again."""
     if not checked:
         preflight(config)  # a bad env section, cuda without a GPU, a missing logger: before any file
     device_args(config.device, config.bf16, config.report_to)  # and bf16 where the device has none
     out, main = Path(config.output_dir), is_main_process()
-    out.mkdir(parents=True, exist_ok=True)
-    if main:
-        write_atomic(out / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     seed_everything(config.seed)
     threads = apply_threads(config.threads)
     if main and config.threads == "auto":
         print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
     model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    if main:
+        write_atomic(out / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     return RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
 
 
@@ -122,19 +125,29 @@ def run_training(
         callbacks: Extra ``TrainerCallback`` s for the RL trainer.
         checked: ``config`` already passed :func:`~agent_trainers.pipeline.config.preflight`.
 
+    Unless ``config.verbose``, the messages known to be harmless
+    (:data:`~agent_trainers.algorithms.shared.console.HARMLESS`) are hidden and the trainers print their
+    progress bars without the dict of every logged value.
+
     Returns:
         The evaluations, output folder and plot path.
     """
-    state = open_run(config, resume=resume, checked=checked)
+    with contextlib.nullcontext() if config.verbose else harmless_messages_hidden():
+        state = open_run(config, resume=resume, checked=checked)
+        state.callbacks = list(callbacks)
+        state.rl_checkpoint = last_complete_checkpoint(state.out / "rl") if resume else None
+        _run_stages(state)
     out, main = state.out, is_main_process()
-    state.callbacks = list(callbacks)
-    state.rl_checkpoint = last_complete_checkpoint(out / "rl") if resume else None
+    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)
+
+
+def _run_stages(state: RunState) -> None:
+    """The enabled stages in order, each announced in one line."""
     start = time.perf_counter()
     for i, stage in enumerate(STAGES, 1):
         if not stage.enabled(state):  # decided in turn: eval_after_sft depends on what sft did
             continue
-        if main:
+        if is_main_process():
             minutes = (time.perf_counter() - start) / 60
             print(f"[train] stage {i}/{len(STAGES)}: {stage.name} ({minutes:.1f} min in)", flush=True)
         stage.run(state)
-    return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)

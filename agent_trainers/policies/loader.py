@@ -130,11 +130,15 @@ def tool_chat_template() -> str:
 
 
 def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """Set what rollouts and TRL need, in place: tool chat template, response template, left padding, pad token.
+    """Set what rollouts and TRL need, in place: tool chat template, response template, left padding, pad token,
+    and decoding that gives the text as it is.
 
     The ChatML tool template is set only when the vocabulary has the ChatML
     tokens; other tokenizers keep their own template (with a warning when it
-    has none).
+    has none). ``clean_up_tokenization_spaces`` is turned off: TRL decodes
+    completions with the tokenizer's default, and that clean-up (for WordPiece
+    vocabularies) deletes the spaces before punctuation; transformers skips it
+    for BPE tokenizers such as SmolLM2's, with a warning at every run.
 
     Returns:
         The same tokenizer.
@@ -145,6 +149,7 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     elif not tokenizer.chat_template:
         warnings.warn("the tokenizer has no chat template and no ChatML tokens; rollouts will fail", stacklevel=2)
     tokenizer.padding_side = "left"
+    tokenizer.clean_up_tokenization_spaces = False  # our own decoding passes False every time
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

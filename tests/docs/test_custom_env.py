@@ -57,6 +57,12 @@ def test_the_guide_runs_end_to_end(guide_folder, capsys):
     assert ran == {"files": ["dictionary_env.py", "dictionary.yaml"], "python": 4, "commands": ["train", "eval"]}
     out = capsys.readouterr().out
     assert "dictionary_env:Guide/Dictionary-v0, grpo (runs/dictionary)" in out  # the CLI run's table
+    # the env has no splits: evaluation holds its 2 tasks out of the 6 that SFT and RL draw from (issue 41.4)
+    held_aside = (
+        "[train] training and evaluation pose one task list (env.train_kwargs == env.eval_kwargs): evaluation "
+        "holds tasks 0-1 aside, training uses tasks 2-5 (eval.first_task and eval.tasks choose the held-aside tasks)"
+    )
+    assert out.count(held_aside + "\n") == 2  # the CLI run and the Python run
     for run in ("runs/dictionary", "runs/dictionary-py"):  # the CLI and the Python run
         assert (guide_folder / run / "final" / "config.json").is_file()
         phases = [json.loads(line).get("phase") for line in (guide_folder / run / "metrics.jsonl").open()]

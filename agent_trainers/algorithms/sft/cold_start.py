@@ -26,6 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
 import agent_gym  # noqa: F401  (registers the environments)
+from agent_trainers.algorithms.shared.console import progress_bar_only
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite
 from agent_trainers.algorithms.shared.settings import ReportTo, device_args
 from agent_trainers.policies.loader import Device
@@ -132,6 +133,8 @@ def run_sft(
     tokenizer: PreTrainedTokenizerBase,
     episodes: Sequence[OracleEpisode],
     args: SFTConfig,
+    *,
+    print_logs: bool = True,
 ) -> SFTTrainer:
     """Fine-tune ``model`` on the assistant tokens of ``episodes`` with TRL's SFTTrainer.
 
@@ -140,6 +143,8 @@ def run_sft(
         tokenizer: Its tokenizer, carrying the ChatML tool template.
         episodes: Expert episodes from :func:`oracle_episodes`.
         args: TRL's ``SFTConfig`` (e.g. from :func:`~agent_trainers.algorithms.make_sft_config`).
+        print_logs: Print each logged dict beside the progress bar, as transformers does; ``False`` keeps the
+            bar alone (:func:`~agent_trainers.algorithms.shared.console.progress_bar_only`).
 
     Returns:
         The trainer, after ``train()``.
@@ -164,6 +169,8 @@ def run_sft(
         processing_class=tokenizer,
         callbacks=[StopOnNonFinite("sft")],
     )
+    if not print_logs:
+        progress_bar_only(trainer)
     trainer.train()
     return trainer
 

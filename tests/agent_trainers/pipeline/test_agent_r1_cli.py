@@ -134,6 +134,61 @@ def test_device_and_logger_are_refused_before_anything_is_written(tmp_path, caps
     assert not (tmp_path / "run").exists()
 
 
+NO_ORACLE_MODULE = """
+from agent_gym import ToolEnv, register_env
+from tests.conftest import LookupEnv
+
+
+class NoOracleEnv(LookupEnv):
+    oracle_action = ToolEnv.oracle_action  # a user's env before it has an oracle
+
+
+register_env("Mine/NoOracle-v0", NoOracleEnv, max_episode_steps=2)
+"""
+
+
+def test_an_env_without_an_oracle_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """Under the default ``sft.enabled: true`` an env without ``oracle_action()`` stopped with a 30-line traceback
+    12 s in, after stage 1 had written the run folder, and the message did not name the fix (issue 41.3)."""
+    (tmp_path / "mine_env.py").write_text(NO_ORACLE_MODULE)
+    done = run_agent_r1("train", "--config", "tiny", "--set", "env.id=mine_env:Mine/NoOracle-v0", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "agent-r1 train: error: sft.enabled: mine_env:Mine/NoOracle-v0 (mine_env:NoOracleEnv) has no oracle_action() "
+        "to play the SFT demonstrations; train without SFT (--set sft.enabled=false, or sft: {enabled: false}) or "
+        "implement oracle_action() (docs/custom_env.md)\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_flawed_demonstrations_without_a_flawed_demonstrator_are_refused_before_anything_is_written(tmp_path, capsys):
+    """``sft.flawed_share`` on an env without ``flawed_oracle_action()`` failed in the SFT stage, after the first
+    evaluation had been written."""
+    assert main(["train", "--config", str(write_config(tmp_path, 1)), "--set", "sft.flawed_share=0.5"]) == 2
+    assert capsys.readouterr().err == (
+        f"agent-r1 train: error: sft.flawed_share: {ENV_ID} (tests.conftest:LookupEnv) has no flawed_oracle_action() "
+        "to play flawed demonstrations; set sft.flawed_share to 0 (--set sft.flawed_share=0) or implement "
+        "flawed_oracle_action()\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_that_fails_to_load_leaves_no_run_folder_and_a_resumed_run_untouched(tmp_path, capsys):
+    """A failed model load left ``config.yaml`` behind in a run folder of its own making (issue 41.3)."""
+    config = str(write_config(tmp_path, 1))
+    assert main(["train", "--config", config, "--set", "model.name=gpt-9000"]) == 2
+    assert "unknown model 'gpt-9000'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    run = tmp_path / "run"  # an earlier run's folder, resumed with a model that does not load: left as it was
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {name: tiny-random}\n")
+    (run / "metrics.jsonl").write_text('{"stage": "eval", "phase": "before", "step": 0}\n')
+    assert main(["train", "--config", config, "--set", "model.name=gpt-9000", "--resume"]) == 2
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "metrics.jsonl"]
+    assert (run / "config.yaml").read_text() == "model: {name: tiny-random}\n"
+    assert (run / "metrics.jsonl").read_text() == '{"stage": "eval", "phase": "before", "step": 0}\n'
+
+
 _HEAVY_PROBE = """
 import sys
 from agent_trainers.pipeline.cli import main
@@ -220,6 +275,28 @@ def test_the_guides_config_path_works_after_a_pip_install(tmp_path):
     assert yaml.safe_load(mine.stdout)["seed"] == 7 and mine.stderr == ""
     missing = run_agent_r1("train", "--config", "configs/tinyy.yaml", cwd=tmp_path)  # no packaged config's name
     assert missing.returncode == 2 and "no config file 'configs/tinyy.yaml'" in missing.stderr
+
+
+QUICK_TINY = ("--set", "rl.steps=1", "--set", "sft.episodes=2", "--set", "eval.before=false")
+"""``--config tiny`` cut to one SFT and one RL step."""
+
+
+def test_a_run_prints_its_own_lines_and_the_trainers_dicts_and_known_warnings_only_with_verbose(tmp_path):
+    """Every ``agent-r1 train`` printed TRL's "experimental" warning, a tokenizer warning and TRL's 40-key dict per
+    step beside the project's own one-line summary (issue 41.10)."""
+    done = run_agent_r1("train", "--config", "tiny", *QUICK_TINY, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "[train] stage 2/5: sft (0.0 min in)" in lines and any(line.startswith("RL step 1/1: ") for line in lines)
+    assert [line for line in lines if line.startswith("{")] == []  # no trainer dict, SFT's, RL's or the summary's
+    assert "experimental feature" not in done.stderr and "clean_up_tokenization_spaces" not in done.stderr
+    verbose = run_agent_r1("train", "--config", "tiny", *QUICK_TINY, "-v", "--set", "output_dir=runs/v", cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stderr
+    dicts = [line for line in verbose.stdout.splitlines() if line.startswith("{")]
+    assert [d.split("'")[1] for d in dicts] == ["loss", "train_runtime", "loss", "train_runtime"]  # SFT, then RL
+    assert "'rollout/turns'" in dicts[2]  # the RL step's dict, with our rollout figures among TRL's
+    assert "UserWarning: You are using 'rollout_func', which is an experimental feature." in verbose.stderr
+    assert "clean_up_tokenization_spaces" not in verbose.stderr  # turned off for good: prepare_tokenizer
 
 
 def test_rollout_dispatches_to_the_rollout_engine_cli(capsys):

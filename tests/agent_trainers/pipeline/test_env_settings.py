@@ -13,7 +13,7 @@ import yaml
 
 from agent_trainers.pipeline.cli import main
 from agent_trainers.pipeline.config import config_from_dict
-from agent_trainers.pipeline.env_settings import check_env_settings, default_kwargs, import_env_module
+from agent_trainers.pipeline.env_settings import check_env_settings, default_kwargs, import_env_module, split_tasks
 
 MODULE = """
 from tests.conftest import LookupEnv
@@ -121,3 +121,59 @@ def test_configs_tiny_yaml_serves_any_env_id(user_module):
     )
     mine = load_config(tiny, {"env.id": user_module}).env
     assert (mine.train_kwargs, mine.eval_kwargs, mine.train_tasks) == ({}, {}, 8)
+
+
+@pytest.mark.parametrize(
+    ("eval_kwargs", "first", "count", "limit", "train", "shared"),
+    [
+        ({}, 0, 1, None, [1, 2, 3], True),  # one task list: the evaluation's task is no training task
+        ({}, 1, 2, None, [0, 3], True),
+        ({}, 1, 2, 1, [0], True),  # env.train_tasks counts the tasks left to train on
+        ({}, 3, 5, None, [0, 1, 2], True),  # evaluation runs past the end: it holds task 3 aside
+        ({"max_result_length": 100}, 0, 1, None, [0, 1, 2, 3], False),  # another env: its own task list
+        ({"max_result_length": 100}, 0, 1, 2, [0, 1], False),
+    ],
+)
+def test_one_task_list_holds_the_evaluation_tasks_out_of_training(user_module, eval_kwargs, first, count, limit,
+                                                                  train, shared):  # fmt: skip
+    """LookupEnv poses 4 tasks and has no splits: with equal kwargs, evaluation and training draw from one list."""
+    split = split_tasks(user_module, {}, eval_kwargs, train_tasks=limit, eval_first=first, eval_tasks=count)
+    assert (split.train, split.eval, split.shared, split.total) == (train, range(first, first + count), shared, 4)
+
+
+def test_the_shared_task_list_is_said_in_one_line_and_refused_when_nothing_is_left_to_train_on(user_module):
+    split = split_tasks(user_module, {}, {}, train_tasks=None, eval_first=1, eval_tasks=2)
+    assert split.describe() == (
+        "training and evaluation pose one task list (env.train_kwargs == env.eval_kwargs): evaluation holds tasks "
+        "1-2 aside, training uses tasks 0, 3 (eval.first_task and eval.tasks choose the held-aside tasks)"
+    )
+    with pytest.raises(ValueError) as caught:
+        split_tasks(user_module, {}, {}, train_tasks=None, eval_first=0, eval_tasks=4)
+    assert str(caught.value) == (
+        "eval.tasks: training and evaluation pose one task list (env.train_kwargs == env.eval_kwargs) of 4 tasks, "
+        "and evaluation holds tasks 0-3 aside: none is left to train on; lower eval.tasks, or give evaluation tasks "
+        "of its own (env.eval_kwargs)"
+    )
+
+
+def test_a_run_on_an_env_without_splits_never_trains_on_its_evaluation_tasks(user_module):
+    """With no ``split`` in a user's env, SFT and RL took the first tasks of the one list that evaluation took its
+    tasks from: the guide's own config evaluated on trained tasks, silently (issue 41.4)."""
+    from agent_trainers.pipeline.stages import train_tasks
+
+    assert train_tasks(config_from_dict({"env": {"id": user_module}, "eval": {"tasks": 2}})) == [2, 3]
+    assert train_tasks(config_from_dict({"env": {"id": user_module}, "eval": {"tasks": 1, "first_task": 2}})) == [
+        0,
+        1,
+        3,
+    ]
+    given = {"id": user_module, "train_kwargs": {}, "eval_kwargs": {"max_result_length": 100}}  # its own env
+    assert train_tasks(config_from_dict({"env": given, "eval": {"tasks": 2}})) == [0, 1, 2, 3]
+
+
+def test_an_evaluation_leaving_no_task_to_train_on_is_refused_before_anything_is_written(user_module, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "run"), "eval": {"tasks": 4}}))
+    assert main(["train", "--config", str(config), "--set", f"env.id={user_module}"]) == 2
+    assert capsys.readouterr().err.startswith("agent-r1 train: error: eval.tasks: training and evaluation pose one")
+    assert not (tmp_path / "run").exists()

@@ -1,8 +1,9 @@
 """Every algorithm's RL steps carry the diagnostics (metrics.jsonl, console line, plots; PPO's TensorBoard too),
 and dynamic sampling runs under every group algorithm.
 
-On ``LookupEnv`` (4 tasks) with the tiny random model, whose turns are all malformed: every group ties, so
-dynamic sampling draws the two tasks not in the step, runs out of fresh tasks, keeps the groups it could not
+On ``LookupEnv`` (4 tasks, one task list for training and evaluation: task 0 is held aside for evaluation, 1-3
+are the training tasks) with the tiny random model, whose turns are all malformed: every group ties, so dynamic
+sampling draws the one training task not in the step, runs out of fresh tasks, keeps the groups it could not
 replace, and the alarm fires.
 """
 
@@ -52,11 +53,12 @@ ALWAYS = {"reward", "groups/reward_std", "groups/tied", "rollout/answered", "rol
 def test_dynamic_sampling_under_each_group_algorithm(tmp_path, capsys, algorithm):
     (step,) = _run(tmp_path, algorithm, {"dynamic_sampling": True, "dynamic_sampling_tries": 2})
     assert ALWAYS <= set(step) and step["groups/tied"] == 1.0 and step["rollout/format_errors"] == 1.0
-    # 2 tied groups, one round of the 2 other tasks (tied too), then no fresh task: 4 played, 2 dropped, 2 kept
-    assert step["dynamic_sampling/groups_played"] == 4.0 and step["dynamic_sampling/dropped"] == 0.5
+    # 2 tied groups, one round of the 1 other training task (tied too), then no fresh task: 3 played, 1 dropped,
+    # 2 kept
+    assert step["dynamic_sampling/groups_played"] == 3.0 and step["dynamic_sampling/dropped"] == pytest.approx(1 / 3)
     assert step["dynamic_sampling/rounds"] == 1.0 and step["dynamic_sampling/kept_tied"] == 2.0
     printed = capsys.readouterr().out
-    assert "| tied 1.00 | dropped 0.50 | answered 0.00 |" in printed
+    assert "| tied 1.00 | dropped 0.33 | answered 0.00 |" in printed
     assert "!! 100% of groups tied (no signal for a group baseline; its tries ran out)" in printed
     assert (tmp_path / algorithm / "plots" / "diagnostics_1.png").stat().st_size > 0
 
