@@ -95,8 +95,9 @@ def test_fold_digests_each_turn_once_over_an_episode(monkeypatch):
 
 def test_fold_kept_lines_never_leak_into_another_history():
     policy = Fold(1)
-    assert policy.view(HISTORY)[1].content.endswith("turn 3: lookup(title=\"Steven Spielberg\", k=2) -> Error: no page "
-                                                    "named 'Steven Spielberg'")
+    assert policy.view(HISTORY)[1].content.endswith(
+        "turn 3: lookup(title=\"Steven Spielberg\", k=2) -> Error: no page named 'Steven Spielberg'"
+    )
     other = [SYS, QUESTION, A2, F2, A1, T1, A4]  # the same positions, other turns: the kept lines do not match
     assert policy.view(other) == Fold(1).view(other) != Fold(1).view(HISTORY)
     copy = [Message(m.role, m.content, m.tool_calls, m.tool_call_id, m.name, m.ok) for m in HISTORY]
