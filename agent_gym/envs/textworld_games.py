@@ -63,7 +63,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -174,7 +174,7 @@ class GameFiles:
     intro: str
     walkthrough: tuple[str, ...]
     max_score: int
-    sha256: Mapping[str, str]
+    sha256: Mapping[str, str] = field(hash=False)
 
     @property
     def game_file(self) -> Path:
