@@ -1,4 +1,5 @@
-"""Exact resume: a run killed after step k and resumed equals an uninterrupted one (metrics and weights)."""
+"""Exact resume: a run killed after step k and resumed equals an uninterrupted one (metrics and weights), also when
+its newest checkpoint was damaged since (it resumes from the one before); a folder holds one run."""
 
 from __future__ import annotations
 
@@ -67,17 +68,39 @@ def rl_records(out):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows if r["stage"] == "rl" and "loss" in r]
 
 
+def cut_in_half(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+DAMAGE = {  # what happened to checkpoint-2 since it was written, by algorithm (each kind once)
+    "grpo": ("optimizer.pt", "optimizer.pt missing", lambda p: p.unlink()),
+    "rloo": ("scheduler.pt", "scheduler.pt missing", lambda p: p.unlink()),
+    "reinforce_pp": ("model.safetensors", "model.safetensors unreadable", cut_in_half),
+    "reinforce_pp_baseline": ("trainer_state.json", "trainer_state.json unreadable", lambda p: p.write_text("")),
+    "gigpo": ("optimizer.pt", "optimizer.pt unreadable", cut_in_half),
+    "ppo": ("optimizer.bin", "optimizer.bin unreadable", cut_in_half),
+}
+
+
 @pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo", "ppo"])
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_thread, algorithm):
+    """Killed after checkpoint-2, whose files were then lost, cut or emptied (the table above; transformers resumed
+    from it with a fresh optimizer or schedule, or stopped with a traceback naming no file): the resume warns,
+    naming the file, goes back to checkpoint-1, plays steps 2 and 3 again and ends as the uninterrupted run."""
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     run_training(config(straight, algorithm))
     with pytest.raises(Crash):
         run_training(config(broken, algorithm), callbacks=[CrashAfterSaving(2)])
     assert (broken / "rl" / "checkpoint-2" / "rollout_state.json").is_file()
     assert json.loads((broken / "rl" / "checkpoint-2" / "rollout_state.json").read_text())["calls"] == 2
+    name, problem, damage = DAMAGE[algorithm]
+    damage(broken / "rl" / "checkpoint-2" / name)
     (broken / "rl" / "checkpoint-3").mkdir()  # a later save that died half-way: it must not block --resume
-    with pytest.warns(UserWarning, match=r"skipping incomplete checkpoint .*checkpoint-3"):
+    with pytest.warns(UserWarning) as caught:
         run_training(config(broken, algorithm), resume=True)
+    skipped = [str(w.message) for w in caught if "skipping incomplete checkpoint" in str(w.message)]
+    assert "checkpoint-3 (" in skipped[0] and f"checkpoint-2 ({problem}" in skipped[1], skipped
     expected = rl_records(straight)
     assert [r["step"] for r in expected] == [1, 2, 3]
     assert rl_records(broken) == expected  # same rollouts, rewards, losses, grad norms, step by step
@@ -96,3 +119,36 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_threa
         opt_a, opt_b = (torch.load(run / "rl" / "checkpoint-3" / "optimizer.bin") for run in (straight, broken))
         for s_a, s_b in zip(opt_a["state"].values(), opt_b["state"].values(), strict=True):
             assert torch.equal(s_a["exp_avg"], s_b["exp_avg"]) and torch.equal(s_a["exp_avg_sq"], s_b["exp_avg_sq"])
+
+
+def test_a_folder_holds_one_run(tmp_path, one_thread):
+    """A second run (another learning rate) in a used folder is refused unless told: --resume must match the run's
+    settings (its config.yaml and its newest checkpoint), --overwrite clears the first run's files first. Before,
+    such a run went on, and once killed and resumed continued from the first run's newest checkpoint."""
+    out = tmp_path / "run"
+
+    def setting(lr, steps, out=out):
+        c = config(out, "grpo").to_dict()
+        c["rl"] |= {"learning_rate": lr, "steps": steps}
+        return config_from_dict(c)
+
+    run_training(setting(1e-2, 2))
+    saved = (out / "config.yaml").read_text()
+    with pytest.raises(ValueError, match=r"holds another run \(rl/checkpoint-1, rl/checkpoint-2, final, metrics"):
+        run_training(setting(1e-3, 1))
+    with pytest.raises(ValueError, match=r"other settings: rl.learning_rate: 0.01 then, 0.001 now"):
+        run_training(setting(1e-3, 1), resume=True)
+    assert (out / "config.yaml").read_text() == saved  # refused before anything was written
+    (out / "config.yaml").write_text(saved.replace("learning_rate: 0.01", "learning_rate: 0.001"))
+    with pytest.raises(ValueError, match=r"checkpoint-2 belongs to a run with other settings: rl.learning_rate"):
+        run_training(setting(1e-3, 1), resume=True)  # the checkpoint itself says whose it is
+    with pytest.raises(ValueError, match="choose one"):
+        run_training(setting(1e-3, 1), resume=True, overwrite=True)
+    (out / "notes.txt").write_text("mine")
+    run_training(setting(1e-3, 1), overwrite=True)
+    assert sorted(p.name for p in (out / "rl").glob("checkpoint-*")) == ["checkpoint-1"]
+    state = json.loads((out / "rl" / "checkpoint-1" / "rollout_state.json").read_text())
+    assert state["settings"]["rl"]["learning_rate"] == 1e-3 and "steps" not in state["settings"]["rl"]
+    assert [r["step"] for r in rl_records(out)] == [1] and (out / "notes.txt").read_text() == "mine"
+    run_training(setting(1e-3, 2), resume=True)  # more steps for a finished run: rl.steps may change
+    assert [r["step"] for r in rl_records(out)] == [1, 2]
