@@ -7,11 +7,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GenerationWorkerError", "NonFiniteTrainingError", "one_line"]
+__all__ = ["EnvFailureError", "GenerationWorkerError", "NonFiniteTrainingError", "one_line"]
 
 
 class NonFiniteTrainingError(RuntimeError):
     """The loss or gradient norm of a training step was NaN or infinite; training stopped before saving it."""
+
+
+class EnvFailureError(RuntimeError):
+    """The training env failed, so training stopped before the step was used: most of a rollout call's episodes
+    ended in an env error (its ``step`` raised), or a step's reward was not a finite number. The message names the
+    env, and the error or the reward term."""
 
 
 class GenerationWorkerError(RuntimeError):

@@ -43,6 +43,8 @@ from typing import Any
 
 import tyro
 
+from agent_gym.core.files import json_lines
+
 ALGORITHMS = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
 ENV_ID = "AgentR1/Bandit-v0"
 TRAIN_TASKS = 32
@@ -223,7 +225,7 @@ def run_algorithm(args: Args, algorithm: str, progress: Any = None) -> dict[str,
     shutil.rmtree(Path(args.out) / algorithm, ignore_errors=True)
     rss_start_mb = psutil.Process().memory_info().rss / 2**20  # libraries imported, no model yet
     result = run_training(config_from_dict(_config(args, algorithm)), callbacks=[Progress()])
-    rows = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in json_lines((result.output_dir / "metrics.jsonl").read_text())]
     steps = [r for r in rows if r["stage"] == "rl" and "step_time" in r]
     evals = {r["phase"]: r["reward"] for r in rows if r["stage"] == "eval"}
     rewards = [r["reward"] for r in steps]

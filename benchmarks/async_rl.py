@@ -43,6 +43,7 @@ from typing import Annotated, Any
 
 import tyro
 
+from agent_gym.core.files import json_lines
 from agent_trainers.experiments.plan import Run, plan_runs
 from agent_trainers.experiments.runner import read_costs, run_all
 from agent_trainers.experiments.spec import Arm, SweepSpec, TaskSet
@@ -122,7 +123,7 @@ class Measured:
 
 def rl_records(folder: Path) -> list[dict[str, Any]]:
     """The RL step rows of a run's ``metrics.jsonl`` (one per step, in order)."""
-    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = [json.loads(x) for x in json_lines((folder / "metrics.jsonl").read_text()) if x.strip()]
     return [r for r in rows if r.get("stage") == "rl" and "rl_seconds" in r and "reward" in r]
 
 

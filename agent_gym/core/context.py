@@ -41,7 +41,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import chain, pairwise
 from typing import ClassVar, Protocol, runtime_checkable
@@ -213,6 +213,17 @@ class Fold:
 
     With ``turns`` or fewer turns so far the view is the whole history.
 
+    Each turn's line is computed once: a turn folds only once a later turn
+    exists, and the history is append-only, so its messages never change. The
+    policy keeps the line of the ``n``-th turn together with that turn's
+    messages (the objects themselves, compared by identity) and reuses it while
+    the ``n``-th turn of the history it is shown is made of the same objects;
+    a step therefore costs time in proportion to what is new, not to the whole
+    history (digesting every older turn again made a 40-turn episode of 1 MB
+    actions quadratic: about 1.4 s a step at turn 40). A history the policy has
+    not seen (another episode, another env sharing the policy, a copy) simply
+    misses and is digested afresh, so the view is the same either way.
+
     Attributes:
         turns: How many of the latest turns to show verbatim (``context_turns``, >= 1).
         digest_chars: How many characters of each folded action and result to
@@ -225,6 +236,8 @@ class Fold:
     turns: int
     digest_chars: int = DEFAULT_DIGEST_CHARS
     name: ClassVar[str] = ContextName.FOLD.value
+    _lines: list[tuple[tuple[Message, ...], str]] = field(default_factory=list, init=False, repr=False, compare=False)
+    """Per turn number (from 0): the turn's messages and its fold line, as last computed."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "turns", positive_int("context_turns", self.turns))
@@ -236,12 +249,26 @@ class Fold:
         older, recent = turns[: -self.turns], turns[-self.turns :]
         if not older:
             return list(history)
-        note = "\n".join([FOLD_HEADER, *(self._line(n, turn) for n, turn in enumerate(older, start=1))])
+        note = "\n".join([FOLD_HEADER, *(self._cached_line(n, turn) for n, turn in enumerate(older))])
         if task:
             task[-1] = replace(task[-1], content=f"{task[-1].content}\n\n{note}")
         else:
             task = [Message.user(note)]
         return [*task, *_flatten(recent)]
+
+    def _cached_line(self, index: int, turn: list[Message]) -> str:
+        """The line of the turn at ``index`` (from 0), reused while that turn is made of the same messages."""
+        lines = self._lines
+        if index < len(lines):
+            seen, line = lines[index]
+            if len(seen) == len(turn) and all(a is b for a, b in zip(seen, turn, strict=True)):
+                return line
+        line = self._line(index + 1, turn)
+        if index < len(lines):
+            lines[index] = (tuple(turn), line)
+        elif index == len(lines):
+            lines.append((tuple(turn), line))
+        return line
 
     def _line(self, number: int, turn: list[Message]) -> str:
         action, *replies = turn

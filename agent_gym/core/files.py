@@ -18,7 +18,7 @@ Example:
     >>> try:
     ...     list(iter_records(path))
     ... except DatasetFormatError as exc:
-    ...     print(str(exc).split(": ", 1)[1][:35])
+    ...     print(str(exc).split(": ", 1)[1][:36])
     record 1 (line 2): invalid JSON (Exp
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DatasetFormatError", "iter_records", "loads", "read_text", "write_atomic"]
+__all__ = ["DatasetFormatError", "iter_records", "json_lines", "loads", "read_text", "write_atomic"]
 
 _WS = re.compile(r"\s*")
 
@@ -79,6 +79,24 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     finally:
         os.close(folder)
     return target
+
+
+def json_lines(text: str) -> list[str]:
+    """The lines of JSON-lines text: split at ``"\\n"`` only (a ``"\\r"`` before it dropped, for CRLF files).
+
+    Not ``str.splitlines()``: it also splits at U+2028, U+2029, U+0085 and the other Unicode line breaks, which
+    JSON strings may hold unescaped (``json.dumps(..., ensure_ascii=False)`` writes them as they are), so a
+    record with a line separator in its text would read back as two broken halves. Like ``splitlines()``, a
+    final ``"\\n"`` ends the last line rather than starting an empty one.
+
+    Example:
+        >>> json_lines('{"a": "x\\u2028y"}\\r\\n{"b": 2}\\n')
+        ['{"a": "x\\u2028y"}', '{"b": 2}']
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 class _JSONError(ValueError):
@@ -163,7 +181,7 @@ def _iter_json_list(text: str, path: Path) -> Iterator[tuple[int, Any]]:
 
 def _iter_json_lines(text: str, path: Path) -> Iterator[tuple[int, Any]]:
     n = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(json_lines(text), start=1):
         if not line.strip():
             continue
         try:

@@ -23,6 +23,15 @@ Parsing is linear in the text's length and bounded by sizes only (the
 number of calls, :class:`~agent_gym.core.scanning.JsonLimits`), never by
 wall-clock time, so the same text always parses the same way.
 
+A :class:`ParsedAction` is the one boundary through which everything an
+agent writes enters an episode (its text into the history, its calls'
+arguments into tools and ``info``, its answer into scoring), so that is where
+text becomes well-formed Unicode: valid JSON can spell a lone UTF-16
+surrogate (``{"query": "\\ud800"}``) that no UTF-8 file, tokenizer or HTTP
+body accepts, and every such code point is replaced with U+FFFD there
+(:func:`~agent_gym.core.scanning.well_formed_text`), whichever parser built
+the action.
+
 Example:
     >>> p = ToolCallParser()
     >>> a = p.parse('<think>hm</think><tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>')
@@ -41,7 +50,14 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from agent_gym.core.history import ToolCall
-from agent_gym.core.scanning import JsonLimits, count_blocks, decode_json, scan_blocks
+from agent_gym.core.scanning import (
+    JsonLimits,
+    count_blocks,
+    decode_json,
+    scan_blocks,
+    well_formed_text,
+    well_formed_value,
+)
 
 __all__ = [
     "ActionFormat",
@@ -67,8 +83,14 @@ class ActionFormat(StrEnum):
 class ParsedAction:
     """What an action asked for.
 
+    Every string in it is well-formed Unicode: a lone surrogate in the text,
+    in a call's name or arguments (decoded from a JSON escape such as
+    ``"\\ud800"``), in the answer or in an error is replaced with U+FFFD when
+    the action is made, so the history, ``info``, tokenizers and JSON-lines
+    files all take it (see the module's docstring).
+
     Attributes:
-        raw: The action text, unchanged.
+        raw: The action text, unchanged but for lone surrogates.
         tool_calls: The calls to run, in order (possibly empty; possibly
             non-empty for a malformed action whose other calls were refused).
         answer: The final answer, if the action gave one.
@@ -87,6 +109,11 @@ class ParsedAction:
     calls_written: int = 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "raw", well_formed_text(self.raw))
+        if self.answer is not None:
+            object.__setattr__(self, "answer", well_formed_text(self.answer))
+        object.__setattr__(self, "errors", tuple(well_formed_text(e) for e in self.errors))
+        object.__setattr__(self, "tool_calls", tuple(_well_formed_call(c) for c in self.tool_calls))
         if not self.call_positions:
             object.__setattr__(self, "call_positions", tuple(range(1, len(self.tool_calls) + 1)))
         if len(self.call_positions) != len(self.tool_calls):
@@ -134,6 +161,14 @@ class ActionParser(Protocol):
     def format_answer(self, answer: str) -> str: ...
 
     def instructions(self, tools: Sequence[Any]) -> str: ...
+
+
+def _well_formed_call(call: ToolCall) -> ToolCall:
+    """``call`` with lone surrogates replaced in its name, id and arguments (the same object when it has none)."""
+    name, call_id, arguments = well_formed_text(call.name), well_formed_text(call.id), well_formed_value(call.arguments)
+    if name is call.name and call_id is call.id and arguments is call.arguments:
+        return call
+    return ToolCall(name, arguments, id=call_id)
 
 
 def _runs(positions: Sequence[int]) -> list[tuple[int, int]]:

@@ -14,7 +14,11 @@ only on the text (same action, same result, on any machine under any load):
   alone raises ``RecursionError`` on deep nesting and ``ValueError`` on an
   integer literal over 4,300 digits, and a value nested ~1,000 deep decodes
   but then breaks every later ``json.dumps``, ``copy.deepcopy`` or ``pickle``
-  of the history holding it; the limits turn all of these into error strings.
+  of the history holding it; the limits turn all of these into error strings;
+* :func:`well_formed_text` and :func:`well_formed_value` make text (and decoded
+  JSON values) well-formed Unicode: valid JSON may spell a lone UTF-16
+  surrogate (``"\\ud800"``), which Python decodes into a ``str`` that no
+  UTF-8 encoder, tokenizer or JSON-lines file accepts.
 
 Example:
     >>> scan_blocks("a<b>1</b><b>2</b><b>3", "<b>", "</b>")
@@ -25,6 +29,8 @@ Example:
     (None, 'JSON nested more than 32 deep')
     >>> decode_json('{"n": ' + "9" * 200 + "}")
     (None, 'a number literal of 200 characters (the limit is 100)')
+    >>> well_formed_text(decode_json('"a\\\\ud800b \\\\ud83d\\\\ude00"')[0])
+    'a\ufffdb \U0001f600'
 """
 
 from __future__ import annotations
@@ -33,15 +39,70 @@ import functools
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["JsonLimits", "count_blocks", "decode_json", "exceeds_depth", "json_depth", "scan_blocks"]
+__all__ = [
+    "JsonLimits",
+    "count_blocks",
+    "decode_json",
+    "exceeds_depth",
+    "json_depth",
+    "scan_blocks",
+    "well_formed_text",
+    "well_formed_value",
+]
 
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _LBRACKET, _RBRACKET, _LBRACE, _RBRACE = ord("["), ord("]"), ord("{"), ord("}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed_text(text: str) -> str:
+    """``text`` as well-formed Unicode: a surrogate pair becomes its character, a lone surrogate U+FFFD.
+
+    Text a model writes is well formed, but JSON may spell a lone UTF-16
+    surrogate as an escape (``"\\ud800"``, six ASCII characters that
+    ``json.loads`` turns into one unpaired code point), and a ``str`` holding
+    one cannot be encoded as UTF-8: writing it to a file, tokenizing it or
+    sending it over HTTP raises. Replacing it with U+FFFD (the Unicode
+    replacement character) is what every UTF decoder does with unpaired
+    surrogates. Text without surrogates is returned as it is, at the cost of
+    one search at C speed.
+
+    Example:
+        >>> well_formed_text("a\\ud800b"), well_formed_text("\\ud83d\\ude00") == "\\U0001f600"
+        ('a\ufffdb', True)
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def well_formed_value(value: Any) -> Any:
+    """A decoded JSON value with :func:`well_formed_text` applied to every string in it, keys included.
+
+    Containers (mappings, lists, tuples) are rebuilt only where a string in
+    them changed, so a clean value comes back as the same object. Recursive:
+    meant for values decoded under :class:`JsonLimits` (nested at most
+    ``max_depth`` deep).
+    """
+    if isinstance(value, str):
+        return well_formed_text(value)
+    if isinstance(value, Mapping):
+        items = [(well_formed_value(k), well_formed_value(v)) for k, v in value.items()]
+        if all(k is k2 and v is v2 for (k, v), (k2, v2) in zip(value.items(), items, strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list | tuple):
+        cleaned = [well_formed_value(v) for v in value]
+        if all(a is b for a, b in zip(value, cleaned, strict=True)):
+            return value
+        return type(value)(cleaned) if isinstance(value, tuple) else cleaned
+    return value
 
 
 def scan_blocks(text: str, open_tag: str, close_tag: str, limit: int | None = None) -> list[tuple[int, str]]:

@@ -20,10 +20,13 @@ policy, -1 when they lengthened it), ``step_cost`` (0.01 for every step that doe
 not end the game) and ``won`` (1.0; 1 when the game is won). ``"outcome"`` is
 Agent-R1's outcome reward with ``won`` as the answer score.
 
-Bad input never crashes the game: a meta command (``restart``, ``undo``,
-``save``, ``quit``, ...), several commands in one (``.``, ``,``, ``;``, ``then``) or
-other characters are refused with an error result; the game itself answers
-commands it does not understand. With ``tool_noise``, a failure or time-out
+Bad input never crashes the game: a command must start with one of
+:data:`GAME_VERBS` (TextWorld's verbs such as ``go``, ``take``, ``open``, and their
+usual short forms), so meta and debug commands (``restart``, ``undo``, ``save``,
+``enable print state option``, ``restrict commands``, ``tw-print ...``, ``help``)
+are refused with an error result, as are several commands in one (``.``, ``,``,
+``;``, ``then``) and other characters; the game itself answers the commands it
+does not understand. With ``tool_noise``, a failure or time-out
 hides the game's reply; the command still ran, as with a lost network reply.
 
 Example:
@@ -68,6 +71,7 @@ from agent_gym.rewards import (
 )
 
 __all__ = [
+    "GAME_VERBS",
     "GameRef",
     "GameTool",
     "TextWorldEnv",
@@ -80,11 +84,16 @@ __all__ = [
 
 MAX_COMMAND_LENGTH = 200
 _WORDS = re.compile(r"[A-Za-z0-9'\- ]+")
-_META = frozenset(
-    "quit q restart restore save undo again g oops o script unscript transcript noscript verbose brief superbrief "
-    "notify version".split()
-)
-"""Inform's out-of-world verbs: they would take the game out of step with TextWorld's quest tracking."""
+_TEXTWORLD_VERBS = "close drop eat examine go insert inventory lock look open put take unlock".split()
+"""TextWorld's verbs: the first words of its knowledge base's command templates (the game's ``help`` lists them)."""
+
+GAME_VERBS = frozenset(_TEXTWORLD_VERBS) | frozenset("l i inv x get pick north south east west n s e w".split())
+"""The words a command may start with (an allow-list): TextWorld's verbs and Inform's usual short forms of the same
+actions (``x`` examines, ``get`` and ``pick up`` take, ``n`` goes north, ...). Anything else is refused unsent:
+Inform's out-of-world verbs (``restart``, ``undo``, ``save``, ``quit``, ...), which would take the game out of step
+with TextWorld's quest tracking, and TextWorld's debug and meta commands (``enable print state option`` prints
+every room, container and key and the score after each command; ``restrict commands``, ``tw-print ...``, ``help``,
+``goal``), which would leak the game's privileged state."""
 
 
 def game_seed(task_seed: int, index: int) -> int:
@@ -105,8 +114,11 @@ def command_problem(command: str) -> str | None:
             "a command is one action in words (letters, digits, spaces, - and '), e.g. 'take key from table'; "
             "send several actions as several calls"
         )
-    if words[0] in _META or words[0].startswith("tw-"):
-        return f"{words[0]!r} is not available here; only in-game actions are"
+    if words[0] not in GAME_VERBS:
+        return (
+            f"{words[0]!r} is not a game command here (meta and debug commands are refused); "
+            f"start a command with one of: {', '.join(_TEXTWORLD_VERBS)}"
+        )
     return None
 
 

@@ -10,16 +10,41 @@ later calls read it back (about a millisecond). The cache is ``cache_dir`` if gi
 ``$AGENT_R1_CACHE/textworld``, else ``~/.cache/agent-r1/textworld``; one entry
 is one folder::
 
-    <cache>/tw1.7.0-5r-10o-5q-seed<S>-f2/
+    <cache>/tw1.7.0-5r-10o-5q-seed<S>-f3/
         game.z8     the compiled game (played by Jericho)
         game.json   TextWorld's game record (quests, for state tracking)
-        meta.json   settings, objective, first room, walkthrough, max score, files' SHA-256
+        meta.json   settings, seed, objective, first room, walkthrough, max score, files' SHA-256
 
-An entry is written in a temporary folder and renamed into place, so several
-processes may build the same game at once. An entry that fails its check
-(missing file, bad ``meta.json``, a file whose SHA-256 differs) is rebuilt,
-with a :class:`TextWorldCacheWarning`; a cache that cannot be written raises
-:class:`TextWorldCacheError` naming the folder.
+The game record holds nothing of the machine that built it (TextWorld writes
+the absolute path of its grammar files into it; the entry keeps a fixed
+placeholder, :data:`PORTABLE_GRAMMARS`, which playing never reads), so the same
+seed gives the same ``game.json`` byte for byte on every machine.
+
+An entry is checked before anything of it reaches Jericho's C code, at every
+read and again when a game starts: its files are regular files within size
+bounds, never symbolic links (nor is the entry's folder one); ``meta.json`` is
+a bounded JSON read naming this entry's settings, seed and textworld version,
+with a walkthrough of ``quest_length`` commands and a max score of at most
+:data:`MAX_SCORE`; ``game.z8`` is a sound Z-machine story (header, checksum,
+addresses: :func:`~agent_gym.envs.textworld_cache.story_problem`); both files
+have the SHA-256 recorded when the entry was built; ``game.json`` (bounded
+depth) has the walkthrough and objective of ``meta.json``, and the story knows
+the names of the record's rooms and objects, so neither file is another
+game's even where ``meta.json``'s hashes were rewritten to match. (An entry
+whose three files are all another game's, with the seed in ``meta.json``
+changed, passes: the cache trusts its owner's files that far.) An entry that
+fails is rebuilt, with a :class:`TextWorldCacheWarning` saying why; a game
+whose files change after its episode started refuses to start (an error
+result). A cache that cannot be written raises :class:`TextWorldCacheError`
+naming the folder.
+
+A build runs in a locked folder inside the cache, ``.build-<entry>-<random>/``,
+which also holds textworld's temporary folders; the new entry is renamed into
+place (atomic, so several processes may build the same game at once: the first
+rename wins), and the folder is removed. A build killed midway leaves its
+folder unlocked, and the next build in that cache removes it
+(:func:`~agent_gym.envs.textworld_cache.remove_stale_builds`), so nothing is
+left behind, in the cache or in ``$TMPDIR``.
 
 ``textworld`` is an optional dependency (``pip install 'agent-r1-gym[textworld]'``),
 imported only when a game is built or played.
@@ -36,17 +61,28 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import warnings
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from agent_gym.core.scanning import JsonLimits, decode_json, exceeds_depth
 from agent_gym.core.validation import positive_int
+from agent_gym.envs.textworld_cache import (
+    MAX_STORY_BYTES,
+    BuildFolder,
+    dictionary_word,
+    read_regular_file,
+    remove_stale_builds,
+    story_dictionary,
+    story_problem,
+)
 
 __all__ = [
+    "MAX_SCORE",
+    "PORTABLE_GRAMMARS",
     "GameFiles",
     "GameSettings",
     "TextWorldCacheError",
@@ -59,10 +95,25 @@ __all__ = [
     "start_game",
 ]
 
-_FORMAT = 2
+_FORMAT = 3
 """Bump when the entry layout or ``meta.json`` changes (old entries are then simply not found)."""
 _EXTRA_HINT = "pip install 'agent-r1-gym[textworld]'"
 _FILES = ("game.z8", "game.json")
+_LIMITS = {"game.z8": MAX_STORY_BYTES, "game.json": 16 * 2**20, "meta.json": 2**20}
+"""The largest file of each kind an entry may hold, in bytes (the games made here: about 390 KiB, 30 KiB, 1.5 KiB)."""
+_META_JSON = JsonLimits(max_length=_LIMITS["meta.json"], max_depth=4)
+_RECORD_DEPTH = 64
+"""The deepest nesting a ``game.json`` may have (the games made here: 11); TextWorld's reader recurses on it."""
+_MAX_COMMAND = 200
+
+MAX_SCORE = 1_000
+"""The largest max score an entry may claim (the games made here have one quest and score 1; a claim of 10^8
+points would make 10^8 evidence items at ``reset``)."""
+
+PORTABLE_GRAMMARS = "<textworld>/generator/data/text_grammars"
+"""What ``game.json`` records as the grammar folder (TextWorld writes the absolute path of the one it used, which
+differs per install; only making new text reads it, never playing)."""
+
 _DRAWS = 10
 _END_PROMPT = re.compile(r"\n*Would you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command\?.*", re.S)
 
@@ -114,6 +165,8 @@ class GameFiles:
         intro: The first room's description.
         walkthrough: Commands that win the game from the start (checked when it was built).
         max_score: The points a won game has.
+        sha256: The SHA-256 of ``game.z8`` and ``game.json`` as checked (the game starts only if they still
+            match).
     """
 
     folder: Path
@@ -121,6 +174,7 @@ class GameFiles:
     intro: str
     walkthrough: tuple[str, ...]
     max_score: int
+    sha256: Mapping[str, str] = field(hash=False)
 
     @property
     def game_file(self) -> Path:
@@ -155,8 +209,19 @@ def clean_feedback(text: str) -> str:
 
 
 def start_game(files: GameFiles, emulator_seed: int = 1) -> Any:
-    """A started textworld environment of the game, reset, tracking score, quest progress and winning policy."""
+    """A started textworld environment of the game, reset, tracking score, quest progress and winning policy.
+
+    The game's files are checked again first (regular files, a sound story, the SHA-256 they had when the
+    entry was read), so a file replaced since then never reaches Jericho.
+
+    Raises:
+        TextWorldCacheError: The files fail the check (the message says why).
+    """
     textworld = require_textworld()
+    try:
+        _check_files(files.folder, files.sha256, files.walkthrough, files.objective)
+    except (_BadEntry, OSError) as exc:
+        raise TextWorldCacheError(f"the game in {files.folder} changed since it was read: {exc}") from None
     infos = textworld.EnvInfos(
         description=True, intermediate_reward=True, policy_commands=True, score=True, max_score=True, won=True,
         lost=True, objective=True,
@@ -170,7 +235,7 @@ def start_game(files: GameFiles, emulator_seed: int = 1) -> Any:
 
 
 def load_game(settings: GameSettings, seed: int, cache_dir: str | Path | None = None) -> GameFiles:
-    """The game made from ``settings`` and ``seed``: read from the cache, else built there.
+    """The game made from ``settings`` and ``seed``: read from the cache (checked), else built there.
 
     Raises:
         ImportError: textworld is not installed.
@@ -178,52 +243,116 @@ def load_game(settings: GameSettings, seed: int, cache_dir: str | Path | None = 
     """
     textworld = require_textworld()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    folder = root / settings.key(int(seed), textworld.__version__)
-    if folder.exists():
+    seed = int(seed)
+    folder = root / settings.key(seed, textworld.__version__)
+    if os.path.lexists(folder):
         try:
-            return _read(folder)
+            return _read(folder, settings, seed, textworld.__version__)
         except _BadEntry as exc:
             warnings.warn(f"rebuilding the TextWorld cache entry {folder}: {exc}", TextWorldCacheWarning, stacklevel=2)
-    return _build(settings, int(seed), root, folder)
+    return _build(settings, seed, root, folder)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def _read(folder: Path) -> GameFiles:
+def _check_files(folder: Path, sha256: Mapping[str, str], walkthrough: Sequence[str], objective: str) -> None:
+    """Check the game in ``folder`` before Jericho or TextWorld reads it.
+
+    ``game.z8`` and ``game.json`` must be regular files within bounds with the SHA-256 given; the story sound;
+    the record bounded JSON of the game with ``walkthrough`` and ``objective`` (as cleaned); and the story must
+    know the names of the record's rooms and objects (so neither file is another game's).
+
+    Raises:
+        _BadEntry: A check failed (the message says which).
+        OSError: A file is missing, a link, not a regular file or too large.
+    """
+    if folder.is_symlink() or not folder.is_dir():
+        raise _BadEntry("the entry is not a folder (a symbolic link?)")
+    story = read_regular_file(folder / "game.z8", _LIMITS["game.z8"])
+    record = read_regular_file(folder / "game.json", _LIMITS["game.json"])
+    for name, data in (("game.z8", story), ("game.json", record)):
+        if _sha256(data) != sha256.get(name):
+            raise _BadEntry(f"{name} does not match its SHA-256 in meta.json")
+    problem = story_problem(story)
+    if problem is not None:
+        raise _BadEntry(f"game.z8 is not a sound story file: {problem}")
+    names, record_walkthrough, record_objective = _record_facts(record)
+    if record_walkthrough != list(walkthrough) or clean_feedback(record_objective) != objective:
+        raise _BadEntry("game.json is the record of another game (its walkthrough or objective differs)")
+    known = story_dictionary(story)
+    unknown = sorted(n for n in names if dictionary_word(n) not in known)
+    if unknown:
+        raise _BadEntry(f"game.z8 is not the story of game.json (it does not know {', '.join(unknown[:3])})")
+
+
+def _record_facts(record: bytes) -> tuple[set[str], list[str], str]:
+    """The name words of a game record's rooms and objects, its walkthrough and its objective.
+
+    Raises:
+        _BadEntry: The record is not bounded JSON of that shape.
+    """
+    text = record.decode("utf-8", errors="replace")
+    if exceeds_depth(text, _RECORD_DEPTH):
+        raise _BadEntry(f"game.json is nested more than {_RECORD_DEPTH} deep")
     try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        data = json.loads(text)
+        names = {w for _, info in data["infos"] for k in ("name", "adj", "noun") for w in (info.get(k) or "").split()}
+        walkthrough, objective = data["metadata"]["walkthrough"], data["objective"]
+    except (ValueError, RecursionError, TypeError, KeyError, AttributeError) as exc:
+        raise _BadEntry(f"game.json is not a game record ({type(exc).__name__}: {exc})") from None
+    if not isinstance(walkthrough, list) or not isinstance(objective, str):
+        raise _BadEntry("game.json is not a game record (no walkthrough or objective)")
+    return names, walkthrough, objective
+
+
+def _read(folder: Path, settings: GameSettings, seed: int, version: str) -> GameFiles:
+    """The entry in ``folder``, checked to be the game of ``settings``, ``seed`` and textworld ``version``."""
+    try:
+        meta, problem = decode_json(read_regular_file(folder / "meta.json", _LIMITS["meta.json"]).decode(), _META_JSON)
+        if problem is not None:
+            raise _BadEntry(f"meta.json: {problem}")
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
             raise _BadEntry(f"meta.json is not a format-{_FORMAT} record")
-        for name in _FILES:
-            if _sha256(folder / name) != meta["sha256"][name]:
-                raise _BadEntry(f"{name} does not match its SHA-256 in meta.json")
-        walkthrough = tuple(str(c) for c in meta["walkthrough"])
+        expected = {"textworld": version, "settings": asdict(settings), "seed": seed}
+        for key, value in expected.items():
+            if meta.get(key) != value:
+                raise _BadEntry(f"meta.json is the entry of another game ({key} {meta.get(key)!r}, not {value!r})")
+        walkthrough, max_score = meta["walkthrough"], meta["max_score"]
+        if not isinstance(walkthrough, list) or len(walkthrough) != settings.quest_length:
+            raise _BadEntry(f"the walkthrough is not a list of {settings.quest_length} commands")
+        if not all(isinstance(c, str) and 0 < len(c) <= _MAX_COMMAND for c in walkthrough):
+            raise _BadEntry(f"a walkthrough command is not a string of 1-{_MAX_COMMAND} characters")
+        if type(max_score) is not int or not 1 <= max_score <= MAX_SCORE:
+            raise _BadEntry(f"max_score is {max_score!r}, not an integer in [1, {MAX_SCORE}]")
+        sha256 = meta["sha256"]
+        if not isinstance(sha256, dict):
+            raise _BadEntry("meta.json has no SHA-256 of the files")
         objective, intro = clean_feedback(str(meta["objective"])), clean_feedback(str(meta["intro"]))
-        return GameFiles(folder, objective, intro, walkthrough, int(meta["max_score"]))
+        _check_files(folder, sha256, walkthrough, objective)
+        return GameFiles(folder, objective, intro, tuple(walkthrough), max_score, {n: sha256[n] for n in _FILES})
     except _BadEntry:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # missing file, bad JSON, missing field
+    except (OSError, UnicodeDecodeError, KeyError) as exc:  # a missing file, a link, bytes that are not text
         raise _BadEntry(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _build(settings: GameSettings, seed: int, root: Path, folder: Path) -> GameFiles:
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
+        remove_stale_builds(root)  # what builds killed midway left
+        build = BuildFolder(root, folder.name)
     except OSError as exc:
         raise TextWorldCacheError(
             f"cannot write the TextWorld game cache {root}: {exc}; pass cache_dir= or set $AGENT_R1_CACHE "
             "to a writable folder"
         ) from exc
+    with build:
+        _generate(settings, seed, build.entry)
+        _install(build, folder)
     try:
-        _generate(settings, seed, tmp)
-        _install(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        return _read(folder)
+        return _read(folder, settings, seed, require_textworld().__version__)
     except _BadEntry as exc:  # written a moment ago: the disk or another writer is at fault
         raise TextWorldCacheError(f"the TextWorld game just built in {folder} fails its check: {exc}") from exc
 
@@ -245,7 +374,7 @@ def _generate(settings: GameSettings, seed: int, tmp: Path) -> None:
         walkthrough, max_score = _make(settings, generator_seed, tmp)
         if len(walkthrough) != settings.quest_length:
             continue
-        first = _play_walkthrough(GameFiles(tmp, "", "", walkthrough, max_score))
+        first = _play_walkthrough(GameFiles(tmp, "", "", walkthrough, max_score, {}))
         if first is not None:
             break
     else:
@@ -264,7 +393,7 @@ def _generate(settings: GameSettings, seed: int, tmp: Path) -> None:
         "intro": str(first["description"]),
         "walkthrough": list(walkthrough),
         "max_score": max_score,
-        "sha256": {name: _sha256(tmp / name) for name in _FILES},
+        "sha256": _hashes(tmp),
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
 
@@ -288,12 +417,33 @@ def _make(settings: GameSettings, seed: int, tmp: Path) -> tuple[tuple[str, ...]
             f"textworld could not make a game with {settings} and seed {seed}: {type(exc).__name__}: {exc}"
         ) from exc
     (tmp / "game.ni").unlink(missing_ok=True)  # the Inform 7 source: not needed to play
+    _make_portable(tmp / "game.json")
     return tuple(game.walkthrough or ()), int(game.max_score)
 
 
+def _make_portable(path: Path) -> None:
+    """Replace the absolute grammar folder TextWorld wrote into the game record with :data:`PORTABLE_GRAMMARS`.
+
+    Written as TextWorld writes it (``json.dump`` with its default separators), so the file is the same bytes
+    on every machine for the same game.
+    """
+    record = json.loads(path.read_text(encoding="utf-8"))
+    knowledge = record.get("KB") if isinstance(record, dict) else None
+    if isinstance(knowledge, dict) and "text_grammars_path" in knowledge:
+        knowledge["text_grammars_path"] = PORTABLE_GRAMMARS
+        path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """The SHA-256 of the game's files in ``folder`` (one just made)."""
+    return {name: _sha256((folder / name).read_bytes()) for name in _FILES}
+
+
 def _play_walkthrough(files: GameFiles) -> Any:
-    """The game's first state if its walkthrough wins it, else ``None``."""
-    env = start_game(files)
+    """The game's first state if its walkthrough wins it, else ``None`` (``files`` of a game just made: its
+    objective and SHA-256 are filled in here, from its files)."""
+    objective = clean_feedback(_record_facts((files.folder / "game.json").read_bytes())[2])
+    env = start_game(replace(files, objective=objective, sha256=_hashes(files.folder)))
     try:
         first, won = env.state, False
         for command in files.walkthrough:
@@ -304,17 +454,16 @@ def _play_walkthrough(files: GameFiles) -> Any:
     return first if won else None
 
 
-def _install(tmp: Path, folder: Path) -> None:
-    """Rename ``tmp`` to ``folder``, moving a bad entry aside first; another process's good entry wins."""
-    if folder.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{folder.name}-old-", dir=folder.parent))
+def _install(build: BuildFolder, folder: Path) -> None:
+    """Rename the build's entry to ``folder``, moving a bad entry (or a link) aside into the build folder first,
+    where it is removed with it; when another process installed the entry first, theirs stays."""
+    if os.path.lexists(folder):
         try:
-            os.replace(folder, trash / "entry")
+            os.replace(folder, build.path / "replaced")
         except OSError:
             pass  # another process moved it already
-        shutil.rmtree(trash, ignore_errors=True)
     try:
-        os.rename(tmp, folder)
+        os.rename(build.entry, folder)
     except OSError:  # another process installed it first
-        if not folder.exists():
+        if not os.path.lexists(folder):
             raise

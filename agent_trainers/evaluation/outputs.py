@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_gym.core.files import write_atomic
+from agent_gym.core.files import json_lines, write_atomic
 from agent_trainers.evaluation.metrics import metric_spec
 from agent_trainers.evaluation.records import EpisodeRecord
 from agent_trainers.evaluation.stats import Interval
@@ -65,7 +65,11 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
 
 
 def read_lines(path: Path) -> list[str]:
-    """The file's lines; a last line cut inside a UTF-8 character (an interrupted write) loses only its tail.
+    """The file's JSON lines, split at ``"\\n"`` only; a last line cut inside a UTF-8 character (an interrupted
+    write) loses only its tail.
+
+    A record's text may hold U+2028, U+2029 or U+0085 unescaped (see
+    :func:`~agent_gym.core.files.json_lines`): they are not line ends here.
 
     Raises:
         ValueError: Bytes that are not UTF-8 before the last line (the message names the file).
@@ -74,12 +78,12 @@ def read_lines(path: Path) -> list[str]:
         return []
     data = path.read_bytes()
     try:
-        return data.decode("utf-8").splitlines()
+        return json_lines(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         last = data.rfind(b"\n", 0, len(data) - 1) + 1
         if exc.start < last:
             raise ValueError(f"{path}: not UTF-8 at byte {exc.start} ({exc.reason})") from None
-        return [*data[:last].decode("utf-8").splitlines(), data[last:].decode("utf-8", errors="replace")]
+        return [*json_lines(data[:last].decode("utf-8")), data[last:].decode("utf-8", errors="replace")]
 
 
 class EvalFolder:

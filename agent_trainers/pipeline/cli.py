@@ -3,7 +3,7 @@
 Sub-commands::
 
     agent-r1 envs                          list registered environments
-    agent-r1 train --config FILE [--resume] [--print-config] [-v] [--set algorithm=rloo --set rl.steps=2 ...]
+    agent-r1 train --config FILE [--resume | --overwrite] [--print-config] [-v] [--set algorithm=rloo ...]
     agent-r1 eval  --env ID [--data-path P] [--method closed-book|naive-rag|base-tool-call|agent] [--model M]
                    [--base-url URL] [--limit N] [--out DIR] [--max-new-tokens-per-turn N ...]
                    (resumable; the rollout options are RolloutConfig's; see agent_trainers.pipeline.eval_commands)
@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent_trainers.errors import NonFiniteTrainingError, missing_extra, one_line
+from agent_trainers.errors import EnvFailureError, NonFiniteTrainingError, missing_extra, one_line
 from agent_trainers.pipeline.eval_commands import (
     add_parsers,
     run_eval_cli,
@@ -83,7 +83,12 @@ def build_parser(extra: Mapping[str, Command] | None = None) -> argparse.Argumen
     train.add_argument(
         "--config", required=True, help="a YAML or TOML config file, or a packaged config by name (e.g. tiny)"
     )
-    train.add_argument("--resume", action="store_true", help="continue the run in the config's output_dir")
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in the config's output_dir (it must have its settings)"
+    )
+    train.add_argument(
+        "--overwrite", action="store_true", help="clear another run's outputs from the config's output_dir first"
+    )
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     train.add_argument(
         "--print-config", action="store_true", help="print the resolved config (defaults filled in) and exit"
@@ -100,7 +105,8 @@ def build_parser(extra: Mapping[str, Command] | None = None) -> argparse.Argumen
     demo.add_argument("--config", default=None, help="config file (default: the packaged demo.yaml)")
     demo.add_argument("--output-dir", default=None, help="where to write the run")
     demo.add_argument("--quick", action="store_true", help="a much shorter run (smoke test)")
-    demo.add_argument("--resume", action="store_true")
+    demo.add_argument("--resume", action="store_true", help="continue the run in the output folder")
+    demo.add_argument("--overwrite", action="store_true", help="clear another run's outputs from the folder first")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     add_parsers(sub)
     for add, _ in (extra or {}).values():
@@ -132,7 +138,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from agent_trainers.pipeline.report import print_table
     from agent_trainers.pipeline.train import run_training
 
-    result = run_training(config, resume=args.resume, checked=True)
+    result = run_training(config, resume=args.resume, overwrite=args.overwrite, checked=True)
     if not is_main_process():
         return 0
     print_table(result.evals, title=f"{config.env.id}, {config.algorithm} ({config.output_dir})")
@@ -185,8 +191,9 @@ def _dispatch(argv: list[str], extra: Mapping[str, Command]) -> int:
             quick=args.quick,
             resume=args.resume,
             overrides=parse_set(args.set),
+            overwrite=args.overwrite,
         )
-    except (ValueError, FileNotFoundError, KeyError, NonFiniteTrainingError) as err:
+    except (ValueError, FileNotFoundError, KeyError, NonFiniteTrainingError, EnvFailureError) as err:
         print(f"agent-r1 {args.command}: error: {one_line(err)}", file=sys.stderr)
         return 2
 

@@ -28,8 +28,10 @@ share over to the new section (:meth:`TrainConfig.with_algorithm`).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
+import stat
 import sys
 import tomllib
 import types
@@ -65,11 +67,14 @@ from agent_trainers.pipeline.env_settings import (
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.policies.device import Device, bf16_enabled, check_device
 from agent_trainers.policies.threads import Threads
-from agent_trainers.rollout.config import RolloutConfig
+from agent_trainers.rollout.config import MAX_TOKENS, RolloutConfig
 
 __all__ = [
     "ALGORITHM_SECTIONS",
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
     "MAX_YAML_VALUES",
+    "RESUME_MAY_CHANGE",
     "EnvConfig",
     "EvalConfig",
     "ModelConfig",
@@ -79,6 +84,8 @@ __all__ = [
     "config_from_dict",
     "load_config",
     "load_yaml",
+    "read_config_text",
+    "run_settings_of",
     "set_dotted",
     "task_split",
 ]
@@ -134,37 +141,38 @@ class SFTStageConfig(_Section):
 
     enabled: bool = True
     """Run this stage."""
-    episodes: int = Field(default=64, ge=1)
-    """Oracle episodes to generate (from the first training tasks)."""
+    episodes: int = Field(default=64, ge=1, le=1_000_000)
+    """Oracle episodes to generate (from the first training tasks; at most 1,000,000)."""
     flawed_share: float = Field(default=0.0, ge=0, le=1)
     """Share of those episodes played by the env's flawed demonstrator (``flawed_oracle_action()``, e.g.
     Calculator-v0's hasty one, which answers one calculation early): demonstrations with a systematic flaw,
     as from a weaker model, which cloning copies and RL on the outcome can correct."""
-    epochs: float = Field(default=2.0, gt=0)
-    """Passes over the episodes."""
+    epochs: float = Field(default=2.0, gt=0, le=1000)
+    """Passes over the episodes (at most 1,000)."""
     learning_rate: float = Field(default=5e-5, gt=0)
     """AdamW learning rate."""
-    batch_size: int = Field(default=4, ge=1)
-    """Episodes per optimizer step."""
-    max_length: int = Field(default=2048, ge=1)
-    """Longer episodes are truncated (tokens)."""
+    batch_size: int = Field(default=4, ge=1, le=4096)
+    """Episodes per optimizer step (at most 4,096)."""
+    max_length: int = Field(default=2048, ge=1, le=MAX_TOKENS)
+    """Longer episodes are truncated (tokens; at most 1,048,576)."""
 
 
 class EvalConfig(_Section):
     """Evaluation on a fixed held-aside sample of the eval split."""
 
-    tasks: int = Field(default=16, ge=1)
-    """Number of eval tasks (the first N of the eval split, from ``first_task`` on). When the evaluation env is the
-    training env (``env.eval_kwargs == env.train_kwargs``: one task list), training leaves these tasks out."""
+    tasks: int = Field(default=16, ge=1, le=1_000_000)
+    """Number of eval tasks (the first N of the eval split, from ``first_task`` on; at most 1,000,000). When the
+    evaluation env is the training env (``env.eval_kwargs == env.train_kwargs``: one task list), training leaves
+    these tasks out."""
     first_task: int = Field(default=0, ge=0)
     """Index of the first eval task (with one task list for both, the held-aside tasks start here)."""
     temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature of evaluation rollouts (0: greedy)."""
     every: int = Field(default=4, ge=0)
     """Evaluate every N RL steps (0: only before and after)."""
-    batch_size: int = Field(default=32, ge=1)
-    """Questions played and generated together (one ``generate`` call per turn for up to this many). A CPU
-    decodes 32 sequences a step in about the time of 8, so the 30 questions of the main job go at once."""
+    batch_size: int = Field(default=32, ge=1, le=4096)
+    """Questions played and generated together (one ``generate`` call per turn for up to this many; at most 4,096).
+    A CPU decodes 32 sequences a step in about the time of 8, so the 30 questions of the main job go at once."""
     before: bool = True
     """Evaluate the loaded model first; ``false`` skips it when it is already known (e.g. every RL run of a
     comparison starts from one SFT checkpoint, evaluated once)."""
@@ -177,7 +185,7 @@ class TrainConfig(_Section):
     """Seeds Python, NumPy, torch, the envs and the samplers."""
     threads: Threads = 1
     """torch CPU threads (0: torch's default; ``auto``: the cores idle at start, i.e. cores minus the
-    1-minute load average, at least 1). 1 by default: on a shared 2-core machine torch's default of 2
+    1-minute load average, at least 1; at most 1,024). 1 by default: on a shared 2-core machine torch's default of 2
     threads oversubscribes the cores and made SmolLM2 decoding ~100x slower; on an idle 2-core machine
     2 threads run SmolLM2 1.8x faster (30-sequence decoding and a 2 x 600-token forward/backward)."""
     output_dir: str = "runs/agent-r1"
@@ -319,6 +327,42 @@ class TrainConfig(_Section):
         unset = {a.value for a in ALGORITHM_SECTIONS if getattr(self, a.value) is None}
         return self.model_dump(mode="json", exclude=unset)
 
+    def run_settings(self) -> dict[str, Any]:
+        """:meth:`to_dict` less :data:`RESUME_MAY_CHANGE`: the settings a run's checkpoints belong to (a resume
+        with other ones is refused, naming them)."""
+        return run_settings_of(self.to_dict())
+
+
+def run_settings_of(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict (:meth:`TrainConfig.to_dict`, or a run's ``config.yaml``) less :data:`RESUME_MAY_CHANGE`."""
+    out = copy.deepcopy(data)
+    for dotted in RESUME_MAY_CHANGE:
+        *parents, leaf = dotted.split(".")
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return out
+
+
+RESUME_MAY_CHANGE = (
+    "output_dir",
+    "threads",
+    "verbose",
+    "report_to",
+    "eval",
+    "rl.steps",
+    "rl.save_steps",
+    "rl.max_env_errors",
+    "rl.async_rollouts.generation_threads",
+    "rl.async_rollouts.generation_timeout",
+    "rollout.tool_workers",
+    "rollout.env_actors",
+)
+"""Settings that a resumed run may change: where and how fast it runs, what it logs and evaluates, and how many
+steps it takes (``rl.steps``: a finished run continues for more). Every other setting must be the checkpoint's."""
+
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """Build and validate a :class:`TrainConfig` from a nested dict.
@@ -442,40 +486,70 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 MAX_YAML_VALUES = 100_000
 """The most values a YAML config may expand to (aliases counted each time they are used)."""
 
+MAX_CONFIG_DEPTH = 32
+"""The deepest nesting of sections and values a config may have (``configs/*.yaml`` use 4)."""
+
+MAX_CONFIG_BYTES = 1_000_000
+"""The largest config file read (``configs/*.yaml`` are under 4 kB)."""
+
 
 class YAMLTooLarge(ValueError):
-    """A YAML document expands to more than :data:`MAX_YAML_VALUES` values."""
+    """A YAML document expands to more than :data:`MAX_YAML_VALUES` values, or nests deeper than
+    :data:`MAX_CONFIG_DEPTH`."""
 
 
 def load_yaml(text: str, source: str = "the YAML text") -> Any:
-    """``yaml.safe_load`` bounded: the document may expand to at most :data:`MAX_YAML_VALUES` values.
+    """``yaml.safe_load`` bounded: the document may nest at most :data:`MAX_CONFIG_DEPTH` deep and expand to at
+    most :data:`MAX_YAML_VALUES` values.
 
     A 1,344-byte document of nested aliases (``&a [*b, *b, ...]``) expands to 10^6 values and more; every
-    later walk of it (validation, writing ``config.yaml``) would take minutes and gigabytes.
+    later walk of it (validation, writing ``config.yaml``) would take minutes and gigabytes. A document nested
+    5,000 deep exhausts the loader's recursion (it is refused from the parser's events, before loading).
 
     Raises:
         ValueError: One line: not YAML (or a tag such as ``!!python/object``, which safe loading refuses).
-        YAMLTooLarge: Too many values (a ``ValueError`` too).
+        YAMLTooLarge: Too deep, or too many values (a ``ValueError`` too).
     """
     try:
+        _check_yaml_depth(text, source)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from None
-    count, stack = 0, [data]
+    _check_size(data, source, aliases=True)
+    return data
+
+
+def _check_yaml_depth(text: str, source: str) -> None:
+    """Refuse a YAML document nested deeper than :data:`MAX_CONFIG_DEPTH` from the parser's events (the parser
+    keeps a stack, the loader recurses)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                raise YAMLTooLarge(f"{source} nests deeper than {MAX_CONFIG_DEPTH} levels; a config is far flatter")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _check_size(data: Any, source: str, *, aliases: bool = False) -> None:
+    """Refuse parsed config data nested deeper than :data:`MAX_CONFIG_DEPTH` or holding more than
+    :data:`MAX_YAML_VALUES` values (walked without recursion)."""
+    count, stack = 0, [(data, 1)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         count += 1
         if count > MAX_YAML_VALUES:
+            why = " (YAML aliases repeat what they name)" if aliases else ""
             raise YAMLTooLarge(
-                f"{source} expands to more than {MAX_YAML_VALUES:,} values (YAML aliases repeat what they name); "
-                "a config is far smaller"
+                f"{source} expands to more than {MAX_YAML_VALUES:,} values{why}; a config is far smaller"
             )
+        if depth > MAX_CONFIG_DEPTH:
+            raise YAMLTooLarge(f"{source} nests deeper than {MAX_CONFIG_DEPTH} levels; a config is far flatter")
         if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
+            stack.extend((child, depth + 1) for child in (*node.keys(), *node.values()))
         elif isinstance(node, list):
-            stack.extend(node)
-    return data
+            stack.extend((child, depth + 1) for child in node)
 
 
 PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -501,7 +575,7 @@ def find_config(path: str | Path) -> Path:
     import sys  # here, not at the top: only this fallback prints
 
     given = Path(path)
-    if given.exists():
+    if given.exists() or given.is_symlink():
         return given
     if given.parent == Path(".") and given.suffix in ("", ".yaml"):
         packaged = PACKAGED_CONFIGS / f"{given.stem}.yaml"
@@ -533,13 +607,17 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         FileNotFoundError: The file does not exist and no packaged config has that name.
     """
     path = find_config(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        data = load_yaml(text, str(path)) or {}
-    elif path.suffix == ".toml":
-        data = tomllib.loads(text)
+    text = read_config_text(path)
+    if path.suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise YAMLTooLarge(f"{path} nests deeper than {MAX_CONFIG_DEPTH} levels; a config is far flatter") from None
+        _check_size(data, str(path))
     else:
-        raise ValueError(f"config file must end in .yaml, .yml or .toml (got {path.name!r})")
+        data = load_yaml(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the config must be a mapping (got {type(data).__name__})")
     before = str(data.get("algorithm", TrainConfig.model_fields["algorithm"].default))
@@ -548,6 +626,39 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     if "algorithm" in (overrides or {}):
         _carry_section(data, before, str(data["algorithm"]))
     return config_from_dict(data)
+
+
+def read_config_text(path: Path) -> str:
+    """The text of a config file, read with bounds: the suffix is checked first, then that it is a regular file
+    (not a folder, a device such as ``/dev/zero`` or a FIFO, which would never end) of at most
+    :data:`MAX_CONFIG_BYTES`, in UTF-8.
+
+    Raises:
+        ValueError: One line naming the file and what is wrong.
+    """
+    if path.suffix not in (".yaml", ".yml", ".toml"):
+        raise ValueError(f"config file must end in .yaml, .yml or .toml (got {path.name!r})")
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{path} is a folder, not a config file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file (a device, FIFO or socket); a config is a file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path} holds {info.st_size:,} bytes, more than a config's {MAX_CONFIG_BYTES:,}")
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)  # the file may have grown since stat
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path} holds more than a config's {MAX_CONFIG_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 def _carry_section(data: dict[str, Any], old: str, new: str) -> None:

@@ -199,6 +199,7 @@ def run_demo(
     quick: bool = False,
     resume: bool = False,
     overrides: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Run the main job: train, evaluate every method on the same held-aside questions, print the table.
 
@@ -208,6 +209,8 @@ def run_demo(
         quick: Apply :data:`QUICK_OVERRIDES`.
         resume: Continue an interrupted run (training and the baseline evaluations).
         overrides: Dotted keys to set last (``agent-r1 demo --set threads=1``).
+        overwrite: Clear another run's outputs from the output folder first (without it, or ``resume``, a folder
+            holding another run is refused).
 
     Returns:
         The process exit status (0).
@@ -219,7 +222,7 @@ def run_demo(
     settings, data_line = resolve_data(settings)
     print(data_line)
     config = config_from_dict(copy.deepcopy(settings))
-    run_training(config, resume=resume)
+    run_training(config, resume=resume, overwrite=overwrite)
     trained = time.perf_counter() - start
     _baselines(config, resume)
     _report(config)

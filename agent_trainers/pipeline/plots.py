@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_gym.core.files import json_lines
+
 __all__ = ["MetricsLog", "plot_curves", "plot_metrics", "read_jsonl"]
 
 
@@ -35,7 +37,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in json_lines(path.read_text(encoding="utf-8")) if line.strip()]
 
 
 def plot_metrics(

@@ -31,6 +31,12 @@ import torch
 from transformers import TrainerCallback
 
 from agent_gym.core.files import write_atomic
+from agent_trainers.algorithms.shared.checkpoints import (
+    ACCELERATE_CHECKPOINT,
+    TRAINER_CHECKPOINT,
+    CheckpointLayout,
+    load_rollout_state,
+)
 from agent_trainers.algorithms.shared.console import progress_bar_only
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
 from agent_trainers.algorithms.shared.names import Algorithm
@@ -45,7 +51,17 @@ from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 from agent_trainers.rollout.training import EnvRollouts, task_rows
 
-__all__ = ["EVAL_SEED", "RL_TRAINERS", "STAGES", "RunState", "Stage", "evaluate_model", "phase_label", "train_tasks"]
+__all__ = [
+    "EVAL_SEED",
+    "RL_TRAINERS",
+    "STAGES",
+    "RunState",
+    "Stage",
+    "checkpoint_layout",
+    "evaluate_model",
+    "phase_label",
+    "train_tasks",
+]
 
 EVAL_SEED = 12345
 """Env seed of every evaluation (tool noise), so evaluations are comparable."""
@@ -274,7 +290,8 @@ class _TensorBoardLog(TrainerCallback):
 
 def training_rollouts(state: RunState, rollouts_type: type[EnvRollouts] = EnvRollouts, **extra: Any) -> EnvRollouts:
     """The RL stage's rollouts (every trainer's): the training tasks' rows, the rollout settings, the seed, the
-    precision, one generation batch per step."""
+    precision, one generation batch per step, the run's settings (saved in each checkpoint) and how many env
+    errors stop training."""
     c, r = state.config, state.config.rl
     rows = task_rows(c.env.id, train_tasks(c), env_kwargs=c.env.train_kwargs)
     return rollouts_type(
@@ -284,8 +301,15 @@ def training_rollouts(state: RunState, rollouts_type: type[EnvRollouts] = EnvRol
         seed=c.seed,
         bf16=bf16_enabled(c.device, c.bf16),
         batch_size=r.episodes_per_step,
+        run_settings=c.run_settings(),
+        max_env_errors=r.max_env_errors,
         **extra,
     )
+
+
+def checkpoint_layout(algorithm: Algorithm) -> CheckpointLayout:
+    """The files the RL trainer of ``algorithm`` reads back from a checkpoint (what makes one complete)."""
+    return ACCELERATE_CHECKPOINT if RL_TRAINERS[algorithm] is run_ppo_stage else TRAINER_CHECKPOINT
 
 
 def _add_callbacks(state: RunState, trainer: Any) -> None:
@@ -299,7 +323,6 @@ def run_trl_rl_stage(state: RunState) -> None:
     """RL through TRL's ``GRPOTrainer`` with our rollouts; the algorithm picks the advantage estimator."""
     from datasets import Dataset
 
-    from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint, load_rollout_state
     from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
     from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
     from agent_trainers.algorithms.trl_adapter.trl_args import grpo_args
@@ -340,7 +363,7 @@ def run_trl_rl_stage(state: RunState) -> None:
     if r.async_rollouts.enabled:  # a generation worker plays the next steps' episodes while this one trains
         rollout_fn.asynchronous = r.async_rollouts.worker(rollout_fn, state.model, state.tokenizer)
     try:
-        checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
+        checkpoint = state.rl_checkpoint
         if checkpoint is not None:
             load_rollout_state(checkpoint, rollout_fn)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -353,7 +376,6 @@ def run_trl_rl_stage(state: RunState) -> None:
 def run_ppo_stage(state: RunState) -> None:
     """RL with our PPO (:class:`~agent_trainers.algorithms.ppo.PPOTrainer`): same rollouts, tasks and callbacks."""
     from agent_trainers.algorithms.ppo import PPOConfig, PPOTrainer
-    from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
 
     c = state.config
     assert isinstance(c.algorithm_settings, PPOConfig)
@@ -372,8 +394,7 @@ def run_ppo_stage(state: RunState) -> None:
     if c.report_to is ReportTo.TENSORBOARD and is_main_process():
         trainer.add_callback(_TensorBoardLog(state.out / "rl" / "runs"))
     _add_callbacks(state, trainer)
-    checkpoint = last_complete_checkpoint(state.out / "rl") if state.resume else None
-    trainer.train(resume_from_checkpoint=checkpoint)  # it closes the generation worker it started
+    trainer.train(resume_from_checkpoint=state.rl_checkpoint)  # it closes the generation worker it started
     state.model = trainer.model
 
 

@@ -9,6 +9,8 @@ Everything a run produces goes under ``config.output_dir``::
     rl/runs/           TensorBoard event files (report_to: tensorboard)
     final/             the final model and tokenizer
     plots/*.png        held-aside eval and training curves
+
+A folder holds one run (:mod:`~agent_trainers.pipeline.run_folder`: ``--resume`` and ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import yaml
 from transformers import TrainerCallback, set_seed
 
 from agent_gym.core.files import write_atomic
-from agent_trainers.algorithms.shared.checkpoints import last_complete_checkpoint
 from agent_trainers.algorithms.shared.console import harmless_messages_hidden
 from agent_trainers.algorithms.shared.diagnostics import DIAGNOSTICS
 from agent_trainers.algorithms.shared.settings import device_args
@@ -35,6 +36,7 @@ from agent_trainers.evaluation.summary import EvalSummary
 from agent_trainers.pipeline.config import TrainConfig, preflight
 from agent_trainers.pipeline.plots import MetricsLog, plot_curves, plot_metrics, read_jsonl
 from agent_trainers.pipeline.processes import is_main_process
+from agent_trainers.pipeline.run_folder import claim_output_dir, forget_steps_after
 from agent_trainers.pipeline.stages import STAGES, RunState
 from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.threads import apply_threads
@@ -87,16 +89,18 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     return plot
 
 
-def open_run(config: TrainConfig, *, resume: bool = False, checked: bool = False) -> RunState:
+def open_run(config: TrainConfig, *, resume: bool = False, overwrite: bool = False, checked: bool = False) -> RunState:
     """A run's start: its envs built once and its device and logger checked (a bad ``env:`` section, an env
     without the SFT stage's demonstrator, ``device: cuda`` without a GPU or a logger that is not installed is a
-    one-line ``ValueError`` before anything is written), the seeds, the threads, the model, and only then its
-    folder and saved config (a model that fails to load leaves no run folder behind); the state the stages take.
-    ``checked``: the config already passed :func:`~agent_trainers.pipeline.config.preflight` (the command line
-    runs it before importing this module), so the envs are not built again."""
+    one-line ``ValueError`` before anything is written), its folder claimed (:func:`claim_output_dir`: a folder
+    holding another run is refused), the seeds, the threads, the model, and only then its config saved (a model
+    that fails to load leaves no run folder behind); the state the stages take. ``checked``: the config already
+    passed :func:`~agent_trainers.pipeline.config.preflight` (the command line runs it before importing this
+    module), so the envs are not built again."""
     if not checked:
         preflight(config)  # a bad env section, cuda without a GPU, a missing logger: before any file
     device_args(config.device, config.bf16, config.report_to)  # and bf16 where the device has none
+    checkpoint = claim_output_dir(config, resume=resume, overwrite=overwrite)
     out, main = Path(config.output_dir), is_main_process()
     seed_everything(config.seed)
     threads = apply_threads(config.threads)
@@ -104,9 +108,12 @@ def open_run(config: TrainConfig, *, resume: bool = False, checked: bool = False
         print(f"[train] threads: auto -> {threads} (cores idle at start)", flush=True)
     model, tokenizer = load_model(config.model.name, device=config.device, seed=config.seed)
     out.mkdir(parents=True, exist_ok=True)
+    if main and resume and config.rl.enabled:  # the steps after the checkpoint are played, and logged, again
+        forget_steps_after(out / "metrics.jsonl", checkpoint)
     if main:
         write_atomic(out / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
-    return RunState(config, out, model, tokenizer, MetricsLog(out / "metrics.jsonl", enabled=main), resume=resume)
+    log = MetricsLog(out / "metrics.jsonl", enabled=main)
+    return RunState(config, out, model, tokenizer, log, resume=resume, rl_checkpoint=checkpoint)
 
 
 def run_training(
@@ -115,15 +122,18 @@ def run_training(
     resume: bool = False,
     callbacks: Sequence[TrainerCallback] = (),
     checked: bool = False,
+    overwrite: bool = False,
 ) -> RunResult:
     """Run the enabled stages of :data:`~agent_trainers.pipeline.stages.STAGES` end to end.
 
     Args:
         config: The validated configuration.
-        resume: Continue an interrupted run in ``config.output_dir``: a finished
-            SFT stage is reloaded, RL resumes exactly from its last complete checkpoint.
+        resume: Continue an interrupted run in ``config.output_dir`` (it must have this config's settings): a
+            finished SFT stage is reloaded, RL resumes exactly from its last complete checkpoint.
         callbacks: Extra ``TrainerCallback`` s for the RL trainer.
         checked: ``config`` already passed :func:`~agent_trainers.pipeline.config.preflight`.
+        overwrite: Clear what another run left in ``config.output_dir`` first (without it, or ``resume``, a folder
+            holding another run is refused).
 
     Unless ``config.verbose``, the messages known to be harmless
     (:data:`~agent_trainers.algorithms.shared.console.HARMLESS`) are hidden and the trainers print their
@@ -131,11 +141,13 @@ def run_training(
 
     Returns:
         The evaluations, output folder and plot path.
+
+    Raises:
+        ValueError: The folder holds another run, or (``resume``) a run with other settings; one line.
     """
     with contextlib.nullcontext() if config.verbose else harmless_messages_hidden():
-        state = open_run(config, resume=resume, checked=checked)
+        state = open_run(config, resume=resume, overwrite=overwrite, checked=checked)
         state.callbacks = list(callbacks)
-        state.rl_checkpoint = last_complete_checkpoint(state.out / "rl") if resume else None
         _run_stages(state)
     out, main = state.out, is_main_process()
     return RunResult(evals=state.evals, output_dir=out, plot=_plots(config, out) if main else None)

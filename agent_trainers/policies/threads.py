@@ -22,10 +22,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-__all__ = ["Threads", "apply_threads", "idle_cores", "parse_threads", "resolve_threads"]
+__all__ = ["MAX_THREADS", "Threads", "apply_threads", "idle_cores", "parse_threads", "resolve_threads"]
 
-Threads = Annotated[int, Field(ge=0)] | Literal["auto"]
-"""A ``threads`` setting: torch CPU threads (0: torch's default) or ``"auto"`` (the cores idle at start)."""
+MAX_THREADS = 1024
+"""The most torch CPU threads a setting takes (more than any machine's cores; torch fails to allocate 100,000)."""
+
+Threads = Annotated[int, Field(ge=0, le=MAX_THREADS)] | Literal["auto"]
+"""A ``threads`` setting: torch CPU threads (0: torch's default; at most :data:`MAX_THREADS`) or ``"auto"`` (the
+cores idle at start)."""
 
 _THREADS: TypeAdapter[int | str] = TypeAdapter(Threads)
 
@@ -39,7 +43,9 @@ def parse_threads(text: str) -> int | Literal["auto"]:
     try:
         return _THREADS.validate_strings(text)  # type: ignore[return-value]
     except ValidationError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0 or 'auto' (got {text!r})") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number from 0 to {MAX_THREADS} or 'auto' (got {text!r})"
+        ) from None
 
 
 def idle_cores() -> int:

@@ -23,9 +23,11 @@ resume, say) is dropped and the call generated afresh (``async/mispredicted``).
 
 Faults: a worker that exits, raises or sends nothing for ``generation_timeout`` seconds is a
 :class:`GenerationWorkerError` naming what happened; the worker is stopped, nothing of the step is saved (the last
-checkpoint stays as it was) and ``--resume`` continues from it. For an exact resume a checkpoint also holds
-the results of the jobs in flight (:meth:`AsyncRollouts.save`, waited for): the resumed run trains on the
-same stale batches as one that never stopped.
+checkpoint stays as it was) and ``--resume`` continues from it. A trainer that dies (``kill -9``, ``SIGTERM``)
+takes its worker with it within a second, and leaves nothing in ``/dev/shm`` (the worker's side:
+:mod:`~agent_trainers.rollout.async_process`). For an exact resume a checkpoint also holds the results of the
+jobs in flight (:meth:`AsyncRollouts.save`, waited for; JSON, read back without unpickling anything): the resumed
+run trains on the same stale batches as one that never stopped.
 
 The process's own side (the job and result types, its main loop) is
 :mod:`~agent_trainers.rollout.async_process`.
@@ -40,9 +42,11 @@ section's ``vllm``) is not implemented.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import pickle
-import queue
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -50,11 +54,13 @@ from typing import Any
 
 import torch
 
-from agent_trainers.errors import GenerationWorkerError
+from agent_gym.core.files import write_atomic
+from agent_trainers.errors import EnvFailureError, GenerationWorkerError
 from agent_trainers.rollout.async_process import (
     GenerationJob,
     GenerationResult,
     model_device,
+    rng_tensor,
     synchronize,
     worker_main,
 )
@@ -62,10 +68,20 @@ from agent_trainers.rollout.config import RolloutConfig
 from agent_trainers.rollout.training import EnvRollouts, Task
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["ASYNC_PENDING", "AsyncRollouts", "GenerationJob", "GenerationResult", "GenerationWorkerError"]
+__all__ = [
+    "ASYNC_PENDING",
+    "AsyncRollouts",
+    "GenerationJob",
+    "GenerationResult",
+    "GenerationWorkerError",
+    "read_pending",
+]
 
-ASYNC_PENDING = "async_pending.pkl"
-"""The file of a checkpoint that holds the results of the jobs in flight when it was saved."""
+ASYNC_PENDING = "async_pending.json"
+"""The file of a checkpoint that holds the results of the jobs in flight when it was saved (JSON)."""
+
+_OLD_PENDING = "async_pending.pkl"
+"""Where checkpoints kept them before (a pickle, which a resume no longer reads: unpickling runs code)."""
 
 # ---------------------------------------------------------------------------------------------- the trainer
 
@@ -144,6 +160,9 @@ class AsyncRollouts:
         }
         self._ctx = torch.multiprocessing.get_context("spawn")
         self._process: Any = None
+        self._jobs: Any = None
+        self._results: Any = None
+        self._version = torch.full((), -1, dtype=torch.int64).share_memory_()  # -1: being written
         self._published = -1
         self._jobs_made = 0
         self._submitted: dict[int, _Submitted] = {}  # by job number
@@ -155,23 +174,32 @@ class AsyncRollouts:
         if self._process is not None:
             return
         ctx = self._ctx
-        self._jobs, self._results = ctx.Queue(), ctx.Queue()
-        self._lock, self._version = ctx.Lock(), ctx.Value("q", -1)
+        jobs_end, self._jobs = ctx.Pipe(duplex=False)  # pipes, not queues: no named semaphore in /dev/shm
+        self._results, results_end = ctx.Pipe(duplex=False)
+        self._version.fill_(-1)
         self._process = ctx.Process(
             target=worker_main,
-            args=(self._jobs, self._results, self._lock, self._version, self._state, self._spec),
+            args=(jobs_end, results_end, self._version, self._state, {**self._spec, "parent": os.getpid()}),
             name="agent-r1-generation",
             daemon=True,
         )
         try:
             self._process.start()
-        except (AttributeError, TypeError, pickle.PicklingError) as error:  # what spawn's pickling raises
+        except BaseException as error:
             self._process = None
+            for end in (jobs_end, results_end, self._jobs, self._results):
+                end.close()
+            if not isinstance(error, AttributeError | TypeError | pickle.PicklingError):  # what spawn's pickling raises
+                raise
             raise ValueError(
                 "rl.async_rollouts starts its generation worker with everything it needs pickled (the rollout "
                 f"settings, the tokenizer, a policy_factory if one is set; a lambda or a local function is not): "
                 f"{error}"
             ) from error
+        finally:  # the worker's ends: held here too, they would hide its death (and the trainer's, from it)
+            if self._process is not None:
+                jobs_end.close()
+                results_end.close()
         kind, _, _ = self._receive("to build its model")
         if kind != "ready":
             raise GenerationWorkerError(f"the generation worker sent {kind!r} before it was ready")
@@ -182,15 +210,14 @@ class AsyncRollouts:
         if process is None:
             return
         with contextlib.suppress(Exception):
-            self._jobs.put(None)
+            self._jobs.send(None)
         if not kill:
             process.join(timeout=5)
         if process.is_alive():
             process.kill()
             process.join(timeout=5)
-        for q in (self._jobs, self._results):
-            q.cancel_join_thread()
-            q.close()
+        for end in (self._jobs, self._results):
+            end.close()
         self._submitted.clear()
         self._published = -1  # a restarted worker gets the weights published again
 
@@ -248,9 +275,9 @@ class AsyncRollouts:
                 self._submit(later, tuple((str(e), int(i)) for e, i in next_tasks), group, config, version)
         result = self._await(call)
         if result.rng_state is not None:
-            torch.set_rng_state(result.rng_state)
+            torch.set_rng_state(rng_tensor(result.rng_state))
         if result.cuda_rng_state is not None:
-            torch.cuda.set_rng_state(result.cuda_rng_state, self._device)
+            torch.cuda.set_rng_state(rng_tensor(result.cuda_rng_state), self._device)
         stats = {
             **result.stats,
             "async/staleness": float(version - result.version),
@@ -270,11 +297,12 @@ class AsyncRollouts:
         while any(not s.started and s.version < version for s in self._submitted.values()):
             self._handle(*self._receive("to start a job"))
         source = model.state_dict()
-        with self._lock, torch.no_grad():
+        with torch.no_grad():
+            self._version.fill_(-1)  # a worker that read now would see it (it checks before and after its copy)
             for name, dst in self._state.items():
                 dst.copy_(source[name].detach().to(dst.device, dst.dtype))
             synchronize(self._device)  # written before the worker may read it
-            self._version.value = int(version)
+            self._version.fill_(int(version))
         self._published = int(version)
 
     def _pending(self, call: int) -> _Submitted | None:
@@ -284,7 +312,8 @@ class AsyncRollouts:
     def _submit(self, call: int, tasks: tuple[Task, ...], group: int, config: RolloutConfig, version: int) -> None:
         self._jobs_made += 1
         self._submitted[self._jobs_made] = _Submitted(call, tasks, version)
-        self._jobs.put(GenerationJob(self._jobs_made, call, tasks, group, config, version))
+        with contextlib.suppress(OSError):  # a worker that died: the next _receive says so
+            self._jobs.send(GenerationJob(self._jobs_made, call, tasks, group, config, version))
 
     def _drop(self, call: int) -> None:
         """Forget a call's result, and mark its job in flight to be thrown away when it comes."""
@@ -313,46 +342,75 @@ class AsyncRollouts:
         """The worker's next message; raises if it exits, fails or stays silent past the timeout."""
         deadline = time.monotonic() + self.timeout
         while True:
+            process = self._process
+            if process is None:
+                raise GenerationWorkerError(f"the generation worker is not running (waiting {what})")
             try:
-                kind, job, payload = self._results.get(timeout=min(0.5, self.timeout))
-            except queue.Empty:
-                process = self._process
-                if process is None:
-                    raise GenerationWorkerError(f"the generation worker is not running (waiting {what})") from None
+                message = self._results.recv() if self._results.poll(min(0.5, self.timeout)) else None
+            except (EOFError, OSError):  # its end closed: it exited
+                process.join(timeout=5)
+                message = None
+            if message is None:
                 if not process.is_alive():
                     code = process.exitcode
                     self.close(kill=True)
                     raise GenerationWorkerError(
                         f"the generation worker exited with code {code} while the trainer waited {what}; nothing of "
                         "this step was saved: the last checkpoint is intact (--resume continues from it)"
-                    ) from None
+                    )
                 if time.monotonic() > deadline:
                     self.close(kill=True)
                     raise GenerationWorkerError(
                         f"the generation worker sent nothing for {self.timeout:.0f} s while the trainer waited {what} "
                         "(rl.async_rollouts.generation_timeout); it was stopped. Nothing of this step was saved: the "
                         "last checkpoint is intact (--resume continues from it)"
-                    ) from None
+                    )
                 continue
+            kind, job, payload = message
             if kind == "error":
                 self.close(kill=True)
-                raise GenerationWorkerError(f"the generation worker failed on {payload}")
+                text, stop = payload
+                if isinstance(stop, EnvFailureError):  # the run's own failure, not the worker's: as the trainer's
+                    raise EnvFailureError(str(stop))
+                raise GenerationWorkerError(f"the generation worker failed on {text}")
             return kind, job, payload
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str | Path) -> None:
-        """Wait for the jobs in flight and write every result not yet consumed to ``folder/async_pending.pkl``."""
+        """Wait for the jobs in flight and write every result not yet consumed to ``folder/async_pending.json``."""
         while any(not s.discard for s in self._submitted.values()):
             self._handle(*self._receive("to finish the jobs in flight before a checkpoint"))
-        path = Path(folder) / ASYNC_PENDING
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(pickle.dumps({"results": list(self._done.values())}))
-        tmp.replace(path)
+        results = [r.to_dict() for r in self._done.values()]
+        write_atomic(Path(folder) / ASYNC_PENDING, json.dumps({"format": 1, "results": results}))
 
     def load(self, folder: str | Path) -> None:
-        """Take the results a checkpoint holds (:meth:`save`); a checkpoint without the file holds none."""
+        """Take the results a checkpoint holds (:meth:`save`); a checkpoint without the file holds none.
+
+        Raises:
+            ValueError: The file is not what :meth:`save` writes (the message names it).
+        """
         path = Path(folder) / ASYNC_PENDING
+        if (Path(folder) / _OLD_PENDING).is_file() and not path.is_file():
+            warnings.warn(
+                f"{Path(folder) / _OLD_PENDING} is not read (a pickle runs code when read): the calls it held are "
+                "generated again with the current weights, so this resume is not exact",
+                stacklevel=2,
+            )
         if not path.is_file():
             return
-        saved = pickle.loads(path.read_bytes())
-        self._done = {r.call: r for r in saved["results"]}
+        self._done = {r.call: r for r in read_pending(path)}
+
+
+def read_pending(path: str | Path) -> list[GenerationResult]:
+    """The results an ``async_pending.json`` holds.
+
+    Raises:
+        ValueError: Not JSON, or not the layout :meth:`AsyncRollouts.save` writes (the message names the file).
+    """
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(saved, dict) or saved.get("format") != 1 or not isinstance(saved.get("results"), list):
+            raise ValueError("not the layout of an async_pending.json (format 1)")
+        return [GenerationResult.from_dict(r) for r in saved["results"]]
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{path}: {' '.join(str(error).split())[:300]}") from None

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
 from agent_trainers.policies.sampling import SamplingParams
 
-__all__ = ["RolloutConfig"]
+__all__ = ["MAX_TOKENS", "RolloutConfig"]
+
+MAX_TOKENS = 2**20
+"""The largest token budget a rollout setting takes (1,048,576: beyond any model's context window)."""
 
 
 @dataclass(config=ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False))
@@ -23,18 +27,19 @@ class RolloutConfig:
     :func:`agent_trainers.rollout.rollout`.
     """
 
-    max_turns: int | None = None
-    """Turn limit (``max_episode_steps``); ``None`` keeps the env's registered limit."""
-    max_new_tokens_per_turn: int = 256
+    max_turns: Annotated[int, Field(le=10_000)] | None = None
+    """Turn limit (``max_episode_steps``, at most 10,000); ``None`` keeps the env's registered limit."""
+    max_new_tokens_per_turn: Annotated[int, Field(le=MAX_TOKENS)] = 256
     """Most tokens the model may generate in one turn."""
-    max_total_tokens: int = 2048
-    """Token budget per trajectory (prompt + completion); exceeding it ends the episode ("token_budget")."""
+    max_total_tokens: Annotated[int, Field(le=MAX_TOKENS)] = 2048
+    """Token budget per trajectory (prompt + completion; at most :data:`MAX_TOKENS`, 1,048,576); exceeding it ends
+    the episode ("token_budget")."""
     temperature: float = 1.0
     """Sampling temperature; 0 means greedy."""
     top_p: float = 1.0
     """Nucleus sampling mass."""
-    tool_workers: int = 8
-    """Threads that run env steps (tool calls) concurrently."""
+    tool_workers: Annotated[int, Field(le=1024)] = 8
+    """Threads that run env steps (tool calls) concurrently (at most 1,024)."""
     tool_timeout_s: float = 30.0
     """Per-step time-out; a step that takes longer ends its episode ("tool_timeout", truncated)."""
     same_noise_in_group: bool = False
@@ -42,9 +47,9 @@ class RolloutConfig:
     render_tools: bool = False
     """Pass ``info["tools"]`` to the chat template as ``tools=``. Off by default: a ToolEnv's
     system prompt already lists its tools, and listing them twice wastes context."""
-    env_actors: int = 0
+    env_actors: Annotated[int, Field(le=1024)] = 0
     """Run the envs in this many Ray actors (``agent_trainers.rollout.ray_pool``, extra ``ray``; one pool
-    per process, started on first use); 0 keeps them in this process."""
+    per process, started on first use; at most 1,024); 0 keeps them in this process."""
 
     def __post_init__(self) -> None:
         if self.max_turns is not None and self.max_turns < 1:

@@ -32,7 +32,17 @@ from agent_trainers.rollout.config import RolloutConfig
 from agent_trainers.rollout.engine import rollout
 from agent_trainers.rollout.types import Trajectory
 
-__all__ = ["EnvRollouts", "Task", "episode_metrics", "prompt_key", "returns_tie", "task_rows", "task_schedule"]
+__all__ = [
+    "EnvRollouts",
+    "Task",
+    "check_episodes",
+    "episode_metrics",
+    "prompt_key",
+    "returns_tie",
+    "settings_differences",
+    "task_rows",
+    "task_schedule",
+]
 
 Task = tuple[str, int]
 """A task: ``(env_id, task_index)``."""
@@ -105,6 +115,57 @@ def task_schedule(tasks: Sequence[_T], per_step: int, steps: int, seed: int) -> 
     return out[:steps]
 
 
+def settings_differences(saved: Mapping[str, Any], current: Mapping[str, Any], limit: int = 4) -> list[str]:
+    """The settings that differ between two nested settings dicts, as ``"rl.learning_rate: 0.01 then, 0.001 now"``
+    (at most ``limit``, then how many more). A key only one side has is no difference (a setting added or removed
+    by another version of this package).
+
+    Example:
+        >>> settings_differences({"rl": {"lr": 0.1, "steps": 3}}, {"rl": {"lr": 0.2, "steps": 3, "new": 1}})
+        ['rl.lr: 0.1 then, 0.2 now']
+    """
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, where: str) -> None:
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            for key in sorted(set(a) & set(b), key=str):
+                walk(a[key], b[key], f"{where}.{key}" if where else str(key))
+        elif a != b:
+            out.append(f"{where}: {a!r} then, {b!r} now")
+
+    walk(saved, current, "")
+    return out[:limit] + ([f"and {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def check_episodes(trajectories: Sequence[Trajectory], max_env_errors: float = 0.5) -> None:
+    """Stop training on an env that fails: every step reward must be finite, and at most ``max_env_errors`` of
+    the episodes may end in an env error (the env's ``step`` raised: ``stop_reason`` ``env_error``).
+
+    Raises:
+        EnvFailureError: One line naming the env and the reward term that was not finite (or the step reward, when
+            no term was), or the share of env errors and the first error.
+    """
+    from agent_trainers.errors import EnvFailureError
+
+    for t in trajectories:
+        for k, turn in enumerate(t.turns):
+            if math.isfinite(turn.reward):
+                continue
+            bad = [f"{name} = {value}" for name, value in turn.reward_terms.items() if not math.isfinite(value)]
+            what = f"reward term {', '.join(bad)}" if bad else f"step reward {turn.reward} (its terms are finite)"
+            raise EnvFailureError(
+                f"{t.env_id}: {what} at turn {k + 1} of task {t.task_index} (seed {t.seed}); a reward must be a "
+                "finite number"
+            )
+    failed = [t for t in trajectories if t.stop_reason == "env_error"]
+    if trajectories and len(failed) > max_env_errors * len(trajectories):
+        raise EnvFailureError(
+            f"{failed[0].env_id}: {len(failed)} of {len(trajectories)} episodes ended in an env error (its step "
+            f"raised; more than {max_env_errors:.0%} stops training: rl.max_env_errors), e.g. task "
+            f"{failed[0].task_index}: {failed[0].error}"
+        )
+
+
 def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Means over episodes of what they report; a metric no episode reports is omitted (never 0.0).
 
@@ -169,6 +230,12 @@ class EnvRollouts:
         dynamic_sampling_tries: The most refill rounds per call.
         bf16: Generate under bf16 autocast (the default policy), as the trainer trains with ``bf16``.
         calls: Rollout calls made so far (saved in checkpoints).
+        run_settings: The settings of the run these rollouts train (the pipeline's config, less what may change on
+            a resume), saved in each checkpoint with the call counter: a checkpoint of other settings is refused
+            on resume, naming what differs. Empty: nothing is compared.
+        max_env_errors: The largest share of a call's episodes that may end in an env error (the env's ``step``
+            raised); more stops training with :class:`~agent_trainers.errors.EnvFailureError` naming the env and
+            the error (:func:`check_episodes`, which also refuses a reward that is not finite).
         last_stats: What the last call's dynamic sampling did (``dynamic_sampling/*``; empty when off), with
             ``asynchronous`` the call's ``async/*`` figures, and (set by the trainers) ``time/rollout``: the
             seconds the trainer spent in the call (generating, or waiting for the generation worker).
@@ -188,6 +255,8 @@ class EnvRollouts:
     dynamic_sampling_tries: int = 3
     bf16: bool = False
     calls: int = 0
+    run_settings: Mapping[str, Any] = field(default_factory=dict)
+    max_env_errors: float = 0.5
     last_stats: dict[str, float] = field(default_factory=dict, repr=False)
     asynchronous: Any = field(default=None, repr=False, compare=False)
     _index: dict[str, list[Task]] = field(default_factory=dict, repr=False)
@@ -205,14 +274,27 @@ class EnvRollouts:
         question asked twice)."""
         return [t for tasks in self._index.values() for t in tasks]
 
-    def state_dict(self) -> dict[str, int]:
-        """What a checkpoint must keep for an exact resume."""
-        return {"calls": self.calls, "seed": self.seed}
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must keep for an exact resume (and the run's settings, to check it on resume)."""
+        return {"calls": self.calls, "seed": self.seed, "settings": dict(self.run_settings)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` (the seed must match this run's)."""
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            ValueError: The checkpoint was made with another seed, or other :attr:`run_settings` (the message
+                names what differs).
+        """
         if int(state["seed"]) != self.seed:
             raise ValueError(f"checkpoint was made with rollout seed {state['seed']}, this run uses {self.seed}")
+        saved = state.get("settings") or {}
+        if saved and self.run_settings:
+            differences = settings_differences(saved, self.run_settings)
+            if differences:
+                raise ValueError(
+                    f"the checkpoint belongs to a run with other settings: {'; '.join(differences)} (--resume "
+                    "continues a run with its own settings; --overwrite starts this one afresh)"
+                )
         self.calls = int(state["calls"])
 
     def _policy(self, model: Any, tokenizer: Any, trainer: Any = None) -> TokenPolicy:
@@ -226,6 +308,7 @@ class EnvRollouts:
         """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given (refilled when
         ``dynamic_sampling`` is on)."""
         trajectories = self._play_tasks(tasks, group, policy, config, self.seed + 100_003 * self.calls)
+        check_episodes(trajectories, self.max_env_errors)
         self.last_stats = {}
         if self.dynamic_sampling:
             trajectories = self.refill(tasks, trajectories, group, policy, config)
@@ -261,6 +344,7 @@ class EnvRollouts:
             fresh = [pool.pop(draw.randrange(len(pool))) for _ in range(min(wanted, len(pool)))]
             seed = self.seed + 100_003 * self.calls + 7_919 * rounds
             new = self._play_tasks(fresh, group, policy, config, seed)
+            check_episodes(new, self.max_env_errors)
             played += len(fresh)
             for k in range(len(fresh)):
                 candidate = new[k * group : (k + 1) * group]

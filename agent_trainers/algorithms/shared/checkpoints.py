@@ -1,11 +1,13 @@
 """Exact resume: the rollout state saved in each checkpoint, and the last *complete* checkpoint.
 
 TRL/transformers checkpoints (``checkpoint-N/``) hold the model, optimizer,
-scheduler, RNG states and trainer state; :class:`RolloutStateCallback` adds
-``rollout_state.json`` - the rollout function's call counter, which seeds
-every rollout - once the rest is written. A folder without it (a run killed
-while saving, or an empty leftover) is incomplete: :func:`last_complete_checkpoint`
-skips it with a warning and falls back to the newest complete one.
+scheduler, RNG states and trainer state (PPO's, written by ``accelerate``'s ``save_state``, the same under other
+names); :class:`RolloutStateCallback` adds ``rollout_state.json`` - the rollout function's call counter, which
+seeds every rollout, and the run's settings - once the rest is written. A checkpoint is *complete* when every
+file its trainer reads back is there and whole (:class:`CheckpointLayout`: JSON that parses, safetensors whose
+header covers the file, torch archives whose every record passes its CRC check - read, never unpickled). A folder
+that is not (a run killed while saving, a file cut or lost since) is skipped by :func:`last_complete_checkpoint`
+with a warning naming what is wrong, and the newest complete one is resumed from.
 """
 
 from __future__ import annotations
@@ -13,15 +15,68 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["ROLLOUT_STATE", "RolloutStateCallback", "last_complete_checkpoint", "load_rollout_state", "missing_parts"]
+__all__ = [
+    "ACCELERATE_CHECKPOINT",
+    "MINIMAL_CHECKPOINT",
+    "ROLLOUT_STATE",
+    "TRAINER_CHECKPOINT",
+    "CheckpointLayout",
+    "RolloutStateCallback",
+    "last_complete_checkpoint",
+    "load_rollout_state",
+    "missing_parts",
+]
 
 ROLLOUT_STATE = "rollout_state.json"
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """The files a trainer reads back from its checkpoint to resume exactly.
+
+    Attributes:
+        name: Who writes it (shown in messages).
+        parts: One entry per part; each names the files that can hold it (e.g. the weights' formats): one of
+            them must be there and whole.
+    """
+
+    name: str
+    parts: tuple[tuple[str, ...], ...]
+
+
+MINIMAL_CHECKPOINT = CheckpointLayout("any trainer", (("trainer_state.json",), (ROLLOUT_STATE,), _WEIGHTS))
+"""What every trainer's checkpoint holds: the trainer state, the rollout state and the weights."""
+
+TRAINER_CHECKPOINT = CheckpointLayout(
+    "transformers' Trainer (the TRL trainers)",
+    (*MINIMAL_CHECKPOINT.parts, ("optimizer.pt",), ("scheduler.pt",), ("rng_state.pth", "rng_state_0.pth")),
+)
+"""A ``transformers.Trainer`` checkpoint (``grpo``, ``rloo``, ``reinforce_pp``, ``reinforce_pp_baseline``,
+``gigpo``, ``rft``): without ``optimizer.pt`` or ``scheduler.pt`` the Trainer resumes silently with a fresh optimizer
+or schedule, so they are required."""
+
+ACCELERATE_CHECKPOINT = CheckpointLayout(
+    "accelerate's save_state (PPO)",
+    (
+        ("trainer_state.json",),
+        (ROLLOUT_STATE,),
+        ("model.safetensors", "pytorch_model.bin"),
+        ("optimizer.bin",),
+        ("scheduler.bin",),
+        ("random_states_0.pkl",),
+    ),
+)
+"""An ``accelerate`` ``save_state`` checkpoint plus our trainer state (PPO); ``accelerate`` skips RNG states it
+cannot read without a word, so they are required."""
 
 
 class RolloutStateCallback(TrainerCallback):
@@ -46,33 +101,106 @@ class RolloutStateCallback(TrainerCallback):
         os.replace(tmp, folder / ROLLOUT_STATE)
 
 
-def missing_parts(folder: Path) -> list[str]:
-    """What a checkpoint folder lacks to resume exactly (empty when complete)."""
-    missing = [name for name in ("trainer_state.json", ROLLOUT_STATE) if not (folder / name).is_file()]
-    if not any((folder / w).is_file() for w in _WEIGHTS):
-        missing.append("model weights")
-    return missing
+def missing_parts(folder: Path, layout: CheckpointLayout = MINIMAL_CHECKPOINT) -> list[str]:
+    """What a checkpoint folder lacks to resume exactly under ``layout`` (empty when complete): each part that is
+    missing (``optimizer.pt missing``), or whose file is damaged (``model.safetensors unreadable: ...``)."""
+    problems = []
+    for names in layout.parts:
+        present = [folder / name for name in names if (folder / name).is_file()]
+        if not present:
+            problems.append(f"{' or '.join(names) if len(names) < 3 else 'model weights'} missing")
+            continue
+        damage = _damage(present[0])
+        if damage:
+            problems.append(f"{present[0].name} unreadable: {damage}")
+    return problems
 
 
-def last_complete_checkpoint(folder: str | Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` under ``folder``; newer incomplete ones are skipped with a warning."""
+def _damage(path: Path) -> str:
+    """Why ``path`` cannot be read back, or ``""`` when it can (its bytes are checked, nothing is unpickled)."""
+    try:
+        return _check(path)
+    except (OSError, ValueError, RecursionError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        return f"{type(error).__name__}: {' '.join(str(error).split())[:200] or 'empty'}"
+    except Exception as error:  # e.g. safetensors' SafetensorError
+        return f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+
+
+def _check_json(path: Path) -> str:
+    json.loads(path.read_text(encoding="utf-8"))
+    return ""
+
+
+def _check_safetensors(path: Path) -> str:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt"):  # parses the header and checks that it covers the file exactly
+        return ""
+
+
+def _check_sharded(path: Path) -> str:
+    """A ``*.safetensors.index.json``: it parses, and every shard it names is whole."""
+    index = json.loads(path.read_text(encoding="utf-8"))
+    shards = sorted(set(index.get("weight_map", {}).values())) if isinstance(index, dict) else []
+    if not shards:
+        return "names no shard"
+    for shard in shards:
+        if not (path.parent / shard).is_file():
+            return f"shard {shard} missing"
+        damage = _check_safetensors(path.parent / shard)
+        if damage:
+            return f"shard {shard}: {damage}"
+    return ""
+
+
+def _check_torch_archive(path: Path) -> str:
+    """``torch.save``'s zip archive (``.pt``, ``.bin``, ``.pth``, ``.pkl``): every record's CRC checks (a file cut
+    short has no central directory at its end)."""
+    with zipfile.ZipFile(path) as archive:
+        bad = archive.testzip()
+    return f"record {bad} fails its CRC check" if bad else ""
+
+
+_CHECKS: dict[str, Callable[[Path], str]] = {".json": _check_json, ".safetensors": _check_safetensors}
+
+
+def _check(path: Path) -> str:
+    if path.name.endswith(".safetensors.index.json"):
+        return _check_sharded(path)
+    return _CHECKS.get(path.suffix, _check_torch_archive)(path)
+
+
+def last_complete_checkpoint(folder: str | Path, layout: CheckpointLayout = MINIMAL_CHECKPOINT) -> Path | None:
+    """The newest complete ``checkpoint-N`` under ``folder`` (:func:`missing_parts` under ``layout``); newer ones
+    that are not complete are skipped with a warning naming what each lacks."""
     found = []
     for path in Path(folder).glob("checkpoint-*"):
         suffix = path.name.removeprefix("checkpoint-")
         if path.is_dir() and suffix.isdigit():
             found.append((int(suffix), path))
     for _, path in sorted(found, reverse=True):
-        missing = missing_parts(path)
+        missing = missing_parts(path, layout)
         if not missing:
             return path
-        warnings.warn(f"skipping incomplete checkpoint {path} (missing {', '.join(missing)})", stacklevel=2)
+        warnings.warn(
+            f"skipping incomplete checkpoint {path} ({'; '.join(missing)}): resuming from an older one",
+            stacklevel=2,
+        )
     return None
 
 
 def load_rollout_state(checkpoint: str | Path, rollout: Any) -> None:
     """Restore ``rollout.load_state_dict`` from a checkpoint's ``rollout_state.json`` (and, with asynchronous
-    rollouts, the results that were in flight)."""
-    rollout.load_state_dict(json.loads((Path(checkpoint) / ROLLOUT_STATE).read_text(encoding="utf-8")))
+    rollouts, the results that were in flight).
+
+    Raises:
+        ValueError: The file is not JSON, or the state does not fit this run; the message names the checkpoint.
+    """
+    path = Path(checkpoint) / ROLLOUT_STATE
+    try:
+        rollout.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: {' '.join(str(error).split())}") from None
     pool = getattr(rollout, "asynchronous", None)
     if pool is not None:
         pool.load(checkpoint)

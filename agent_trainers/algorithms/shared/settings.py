@@ -60,16 +60,16 @@ class AsyncSettings(BaseModel):
 
     enabled: bool = False
     """Generate the next steps' episodes while this step trains."""
-    max_staleness: int = Field(default=1, ge=0)
+    max_staleness: int = Field(default=1, ge=0, le=64)
     """How many steps ahead episodes are generated, so how many optimizer steps old their policy may be (0: each
-    step's episodes come from the current weights, in the worker: the synchronous run)."""
+    step's episodes come from the current weights, in the worker: the synchronous run; at most 64)."""
     importance_sampling: ISCorrection = ISCorrection.TOKEN_TRUNCATE
     """How a stale batch's policy loss is reweighted by ``pi_train / pi_behaviour`` (TRL's vLLM modes:
     ``token_truncate``, ``token_mask``, ``sequence_truncate``, ``sequence_mask``; or ``none``)."""
     importance_cap: float = Field(default=2.0, gt=1)
     """The bound of ``importance_sampling`` (truncate at it; mask outside [1/cap, cap])."""
-    generation_threads: int = Field(default=1, ge=1)
-    """torch CPU threads of the generation process (``threads`` stays the trainer's)."""
+    generation_threads: int = Field(default=1, ge=1, le=1024)
+    """torch CPU threads of the generation process (``threads`` stays the trainer's; at most 1,024)."""
     generation_timeout: float = Field(default=600.0, gt=0)
     """Seconds without word from the generation process (a job started or finished) before the run stops with an
     error naming it; must exceed one step's generation time."""
@@ -145,12 +145,12 @@ class RLConfig(BaseModel):
 
     enabled: bool = True
     """Run this stage."""
-    steps: int = Field(default=8, ge=1)
-    """Optimizer steps (one generation batch each)."""
-    num_generations: int = Field(default=4, ge=2)
-    """G: rollouts per task (the group; TRL's GRPOTrainer needs at least 2)."""
-    prompts_per_step: int = Field(default=2, ge=1)
-    """Tasks per step; a step plays ``prompts_per_step * num_generations`` episodes."""
+    steps: int = Field(default=8, ge=1, le=1_000_000)
+    """Optimizer steps (one generation batch each; at most 1,000,000)."""
+    num_generations: int = Field(default=4, ge=2, le=1024)
+    """G: rollouts per task (the group; TRL's GRPOTrainer needs at least 2; at most 1,024)."""
+    prompts_per_step: int = Field(default=2, ge=1, le=4096)
+    """Tasks per step (at most 4,096); a step plays ``prompts_per_step * num_generations`` episodes."""
     learning_rate: float = Field(default=1e-5, gt=0)
     """AdamW's peak learning rate (decayed linearly to 0 over ``steps``)."""
     warmup_steps: int = Field(default=0, ge=0)
@@ -172,6 +172,10 @@ class RLConfig(BaseModel):
     the cost. Needs ``loss_mask`` (and, with ``ppo``, ``ppo.advantage_mask``): a step sample has no env tokens."""
     save_steps: int = Field(default=4, ge=1)
     """Checkpoint every N steps (and at the end)."""
+    max_env_errors: float = Field(default=0.5, ge=0, le=1)
+    """Stop training when more than this share of a rollout call's episodes end in an env error (the env's
+    ``step`` raised), with one line naming the env and the error; 1 never stops. A reward that is not a finite
+    number always stops it, naming the reward term."""
 
     async_rollouts: AsyncSettings = Field(default_factory=AsyncSettings)
     """Generation overlapped with training (:class:`AsyncSettings`; ``true`` is short for ``{enabled: true}``)."""

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import agent_gym
+from agent_gym.core import context as context_module
 from agent_gym.core.context import FOLD_HEADER, Append, ContextPolicy, Fold, Window, make_context, split_turns
 from agent_gym.core.history import Message, Role, ToolCall, ToolResult, render_message
 from agent_gym.testing import check_context_policy, check_text_env
@@ -76,6 +77,31 @@ def test_fold_joins_several_calls_and_results_and_names_an_empty_result():
     lines = Fold(1).view(history)[1].content.splitlines()
     assert lines[-2:] == ['turn 1: search(query="a"); search(query="b") -> A | B', "turn 2: (nothing) -> (nothing)"]
     assert Fold(1, digest_chars=3).view(history)[1].content.splitlines()[-1] == "turn 2: (nothing) -> (nothing)"
+
+
+def test_fold_digests_each_turn_once_over_an_episode(monkeypatch):
+    """Step n folds n - 1 turns; each is digested the first time it folds, never again (was: every step)."""
+    calls, real = [], context_module.digest
+    policy, history, views = Fold(1), [SYS, QUESTION], []
+    for turn in range(1, 31):
+        call = ToolCall("search", {"query": f"q{turn}"}, id=f"call_{turn}_0")
+        history += [Message.assistant(f"action {turn}", (call,)), Message.tool(call, ToolResult(f"result {turn}"))]
+        with monkeypatch.context() as m:
+            m.setattr(context_module, "digest", lambda text, limit: calls.append(text) or real(text, limit))
+            views.append(policy.view(history))
+    assert calls == [t for n in range(1, 30) for t in (f'search(query="q{n}")', f"result {n}")]  # 58, was 870
+    assert views[-1] == Fold(1).view(history)  # the same view as a policy that kept nothing
+
+
+def test_fold_kept_lines_never_leak_into_another_history():
+    policy = Fold(1)
+    assert policy.view(HISTORY)[1].content.endswith(
+        "turn 3: lookup(title=\"Steven Spielberg\", k=2) -> Error: no page named 'Steven Spielberg'"
+    )
+    other = [SYS, QUESTION, A2, F2, A1, T1, A4]  # the same positions, other turns: the kept lines do not match
+    assert policy.view(other) == Fold(1).view(other) != Fold(1).view(HISTORY)
+    copy = [Message(m.role, m.content, m.tool_calls, m.tool_call_id, m.name, m.ok) for m in HISTORY]
+    assert policy.view(copy) == Fold(1).view(HISTORY)  # equal messages, other objects: digested again, the same
 
 
 @pytest.mark.parametrize("turns", [4, 5, 100])

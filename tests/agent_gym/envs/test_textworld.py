@@ -20,7 +20,14 @@ from agent_gym.core.context import turn_starts
 from agent_gym.core.history import ToolCall, ToolResult
 from agent_gym.core.parsing import ParsedAction
 from agent_gym.core.rubric import Transition
-from agent_gym.envs.textworld_env import GameTool, command_problem, game_progress, game_seed, textworld_rubric
+from agent_gym.envs.textworld_env import (
+    GAME_VERBS,
+    GameTool,
+    command_problem,
+    game_progress,
+    game_seed,
+    textworld_rubric,
+)
 from agent_gym.envs.textworld_games import GameSettings
 from agent_gym.testing import check_step, check_view, run_episode
 from agent_gym.testing.strategies import actions
@@ -211,9 +218,17 @@ def test_the_oracle_wins_under_every_context_policy(context):
     assert len(turn_starts([m["role"] for m in last["messages"]])) < len(steps)  # older turns are left out
 
 
+PRIVILEGED = [
+    "enable print state option", "Enable Print State Option", "disable print state option", "restrict commands",
+    "tw-print version", "tw-print player id", "tw-extra-infos score", "tw-trace-actions", "help", "goal",
+]  # fmt: skip
+"""TextWorld's debug and meta commands: the first prints every room, container and key and the score after each
+command from then on; all of them passed the old refuse-list."""
+
+
 @pytest.mark.parametrize(
-    "text", ["restart", "UNDO", "save", "quit", "tw-trace-actions", "again", "look. go east", "look, go east",
-             "take key then go east", "go\u00e9ast", "x" * 201, "", "   "],
+    "text", ["restart", "UNDO", "save", "quit", "again", "wait", "dance wildly", "look. go east", "look, go east",
+             "take key then go east", "go\u00e9ast", "x" * 201, "", "   ", *PRIVILEGED],
 )  # fmt: skip
 def test_commands_that_would_break_the_game_are_refused(text):
     env = gym.make(ID)
@@ -225,11 +240,40 @@ def test_commands_that_would_break_the_game_are_refused(text):
     assert env.unwrapped.oracle_action() == call(env, env.unwrapped.state.task.files.walkthrough[0])
 
 
+def test_privileged_commands_are_refused_by_name_and_the_game_never_prints_its_state():
+    env = gym.make(ID)
+    env.reset(seed=0, options={"task_index": 0})
+    for text in PRIVILEGED:
+        _, _, _, _, info = env.step(call(env, text))
+        (result,) = info["tool_calls"]
+        word = text.split()[0].lower()
+        assert result["content"] == (
+            f"Error: {word!r} is not a game command here (meta and debug commands are refused); start a command with "
+            "one of: close, drop, eat, examine, go, insert, inventory, lock, look, open, put, take, unlock"
+        )
+    for command in env.unwrapped.state.task.files.walkthrough:
+        obs, *_ = env.step(call(env, command))
+        assert "STATE START" not in obs and "Room:" not in obs
+
+
+def test_every_verb_of_textworld_and_its_short_forms_reach_the_game():
+    from textworld.generator.data import KnowledgeBase
+
+    templates = KnowledgeBase.default().inform7_commands.values()
+    assert {t.split()[0] for t in templates} <= GAME_VERBS  # the game's own verbs are all allowed
+    env = gym.make(ID)
+    env.reset(seed=0, options={"task_index": 0})
+    for text in ("l", "i", "inv", "x bed", "get bed", "pick up bed", "n", "s", "e", "w", "north", "examine bed"):
+        _, _, _, _, info = env.step(call(env, text))
+        assert info["tool_calls"][0]["ok"], text
+    assert len(env.unwrapped.tools["command"].commands) == 12
+
+
 def test_the_game_answers_what_it_does_not_understand_and_arguments_are_checked():
     env = gym.make(ID)
     env.reset(seed=0, options={"task_index": 0})
-    _, _, _, _, info = env.step(call(env, "dance wildly"))
-    assert info["tool_calls"][0]["ok"] and "recognise" in info["tool_calls"][0]["content"]
+    _, _, _, _, info = env.step(call(env, "take the unicorn"))
+    assert info["tool_calls"][0]["ok"] and info["tool_calls"][0]["content"] == "You can't see any such thing."
     for args in ('{"text": 5}', '{"command": "look"}', "{}"):
         _, _, _, _, info = env.step(f'<tool_call>{{"name": "command", "arguments": {args}}}</tool_call>')
         assert info["tool_calls"][0]["content"].startswith("Error: invalid arguments for command")
@@ -272,6 +316,7 @@ def test_the_command_check_lets_only_one_in_game_action_through(text):
     command = " ".join(text.split())
     if command_problem(command) is None:
         assert re.fullmatch(r"[A-Za-z0-9'\- ]{1,200}", command) and "then" not in command.lower().split()
+        assert command.split()[0].lower() in GAME_VERBS
         return
     task = _ENV.unwrapped.load_task(2)
     tool = GameTool(task.ref, task.files)

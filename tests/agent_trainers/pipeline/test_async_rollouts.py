@@ -59,7 +59,7 @@ def test_a_stale_run_killed_and_resumed_equals_the_uninterrupted_one(tmp_path, o
     run_training(async_config(straight, algorithm))
     with pytest.raises(Crash):
         run_training(async_config(broken, algorithm), callbacks=[CrashAfterSaving(2)])
-    assert (broken / "rl" / "checkpoint-2" / "async_pending.pkl").is_file()
+    assert (broken / "rl" / "checkpoint-2" / "async_pending.json").is_file()
     run_training(async_config(broken, algorithm), resume=True)
     expected = rl_records(straight)
     assert [r["async/staleness"] for r in expected] == [0.0, 1.0, 1.0]

@@ -188,3 +188,73 @@ def test_the_repository_configs_that_link_into_the_package_are_package_data():
         relative = target.relative_to(root / "agent_trainers").as_posix()
         assert any(fnmatch(relative, pattern) for pattern in shipped), relative
         load_config(link.stem, {"output_dir": "x"})  # each loads by its bare name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "env: {train_kwargs: " + "{a: " * 5000 + "1" + "}" * 5000 + "}\n",  # flow mappings
+        "env: {train_kwargs: {x: " + "[" * 5000 + "]" * 5000 + "}}\n",  # flow sequences
+        "rl:\n" + "".join(" " * (k + 1) + f"k{k}:\n" for k in range(40)) + " " * 41 + "v: 1\n",  # block, 40 deep
+    ],
+)
+def test_yaml_nested_5000_deep_is_one_line(tmp_path, text):
+    """Before: a RecursionError traceback from the YAML loader (refused from the parser's events now)."""
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"deep.yaml nests deeper than 32 levels"):
+        load_config(path)
+
+
+def test_toml_nested_5000_deep_is_one_line(tmp_path):
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ValueError, match=r"deep.toml nests deeper than 32 levels"):
+        load_config(path)
+
+
+def test_config_files_are_read_with_bounds(tmp_path):
+    """--config naming a folder (before: IsADirectoryError), /dev/zero (read to a MemoryError before the suffix
+    was checked), a FIFO (hung), a file over 1 MB: each one line, without reading the file."""
+    import os
+
+    folder = tmp_path / "configs.yaml"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=r"configs.yaml is a folder, not a config file"):
+        load_config(folder)
+    with pytest.raises(ValueError, match=r"must end in \.yaml, \.yml or \.toml \(got 'zero'\)"):
+        load_config("/dev/zero")
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match=r"zero.yaml is not a regular file"):
+        load_config(tmp_path / "zero.yaml")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(ValueError, match=r"fifo.yaml is not a regular file \(a device, FIFO or socket\)"):
+        load_config(tmp_path / "fifo.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * 1_000_000 + "\n")
+    with pytest.raises(ValueError, match=r"big.yaml holds 1,000,003 bytes, more than a config's 1,000,000"):
+        load_config(big)
+    (tmp_path / "latin1.yaml").write_bytes(b"seed: 0 # caf\xe9\n")
+    with pytest.raises(ValueError, match=r"latin1.yaml is not UTF-8 text \(byte 13\)"):
+        load_config(tmp_path / "latin1.yaml")
+
+
+@pytest.mark.parametrize(
+    ("dotted", "value", "message"),
+    [
+        ("threads", 100_000, "Input should be less than or equal to 1024 (got 100000)"),
+        ("rl.num_generations", 1e9, "rl.num_generations: Input should be less than or equal to 1024"),
+        ("rl.prompts_per_step", 10**6, "rl.prompts_per_step: Input should be less than or equal to 4096"),
+        ("rl.steps", 10**9, "rl.steps: Input should be less than or equal to 1000000"),
+        ("rollout.max_total_tokens", 1e18, "rollout.max_total_tokens: Input should be less than or equal to 1048576"),
+        ("rollout.tool_workers", 10**6, "rollout.tool_workers: Input should be less than or equal to 1024"),
+        ("sft.episodes", 10**9, "sft.episodes: Input should be less than or equal to 1000000"),
+        ("eval.tasks", 10**9, "eval.tasks: Input should be less than or equal to 1000000"),
+        ("rl.async_rollouts", {"enabled": True, "max_staleness": 10**6}, "less than or equal to 64"),
+    ],
+)
+def test_absurd_sizes_are_refused_naming_the_bound(dotted, value, message):
+    """Before, each was accepted and ended in an allocation traceback (or a MemoryError) once the run started."""
+    with pytest.raises(ValueError) as info:
+        load_config(CONFIGS / "tiny.yaml", {dotted: value})
+    assert message in one_line(info.value) and "\n" not in one_line(info.value)

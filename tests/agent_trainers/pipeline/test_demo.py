@@ -128,7 +128,7 @@ class _Stop(Exception):
 def test_agent_r1_demo_applies_quick_output_dir_and_set_to_the_packaged_settings(monkeypatch, capsys):
     seen = []
 
-    def run_training(config, resume=False):
+    def run_training(config, resume=False, overwrite=False):
         seen.append((config, resume))
         raise _Stop
 

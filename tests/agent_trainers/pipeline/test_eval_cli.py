@@ -194,7 +194,7 @@ def test_the_rollout_options_are_rollout_config_s_fields_with_greedy_defaults(ca
     [
         (["--max-new-tokens-per-turn", "64", "--max-total-tokens", "32"], "max_total_tokens must exceed"),
         (["--max-turns", "two"], "max_turns: Input should be a valid integer"),
-        (["--threads", "many"], "expected a number >= 0 or 'auto' (got 'many')"),
+        (["--threads", "many"], "expected a number from 0 to 1024 or 'auto' (got 'many')"),
     ],
 )
 def test_bad_rollout_and_thread_options_are_one_line_errors(args, message, tmp_path, capsys):

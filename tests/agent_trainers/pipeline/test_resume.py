@@ -1,4 +1,5 @@
-"""Exact resume: a run killed after step k and resumed equals an uninterrupted one (metrics and weights)."""
+"""Exact resume: a run killed after step k and resumed equals an uninterrupted one (metrics and weights), also when
+its newest checkpoint was damaged since (it resumes from the one before)."""
 
 from __future__ import annotations
 
@@ -67,17 +68,39 @@ def rl_records(out):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows if r["stage"] == "rl" and "loss" in r]
 
 
+def cut_in_half(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+DAMAGE = {  # what happened to checkpoint-2 since it was written, by algorithm (each kind once)
+    "grpo": ("optimizer.pt", "optimizer.pt missing", lambda p: p.unlink()),
+    "rloo": ("scheduler.pt", "scheduler.pt missing", lambda p: p.unlink()),
+    "reinforce_pp": ("model.safetensors", "model.safetensors unreadable", cut_in_half),
+    "reinforce_pp_baseline": ("trainer_state.json", "trainer_state.json unreadable", lambda p: p.write_text("")),
+    "gigpo": ("optimizer.pt", "optimizer.pt unreadable", cut_in_half),
+    "ppo": ("optimizer.bin", "optimizer.bin unreadable", cut_in_half),
+}
+
+
 @pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo", "ppo"])
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_thread, algorithm):
+    """Killed after checkpoint-2, whose files were then lost, cut or emptied (the table above; transformers resumed
+    from it with a fresh optimizer or schedule, or stopped with a traceback naming no file): the resume warns,
+    naming the file, goes back to checkpoint-1, plays steps 2 and 3 again and ends as the uninterrupted run."""
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     run_training(config(straight, algorithm))
     with pytest.raises(Crash):
         run_training(config(broken, algorithm), callbacks=[CrashAfterSaving(2)])
     assert (broken / "rl" / "checkpoint-2" / "rollout_state.json").is_file()
     assert json.loads((broken / "rl" / "checkpoint-2" / "rollout_state.json").read_text())["calls"] == 2
+    name, problem, damage = DAMAGE[algorithm]
+    damage(broken / "rl" / "checkpoint-2" / name)
     (broken / "rl" / "checkpoint-3").mkdir()  # a later save that died half-way: it must not block --resume
-    with pytest.warns(UserWarning, match=r"skipping incomplete checkpoint .*checkpoint-3"):
+    with pytest.warns(UserWarning) as caught:
         run_training(config(broken, algorithm), resume=True)
+    skipped = [str(w.message) for w in caught if "skipping incomplete checkpoint" in str(w.message)]
+    assert "checkpoint-3 (" in skipped[0] and f"checkpoint-2 ({problem}" in skipped[1], skipped
     expected = rl_records(straight)
     assert [r["step"] for r in expected] == [1, 2, 3]
     assert rl_records(broken) == expected  # same rollouts, rewards, losses, grad norms, step by step

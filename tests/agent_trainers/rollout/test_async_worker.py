@@ -204,3 +204,120 @@ def test_bad_settings_are_refused(model):
         AsyncRollouts(rollouts(), m, tok, timeout=0)
     with pytest.raises(ValueError, match="run on a CPU or a CUDA GPU; the model is on meta"):
         AsyncRollouts(rollouts(), copy.deepcopy(m).to("meta"), tok)
+
+
+TRAINER = """
+import sys, time
+import torch
+from agent_trainers.policies import tiny_random_model
+from agent_trainers.rollout.async_worker import AsyncRollouts
+from tests.agent_trainers.rollout.test_async_worker import rollouts
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    model, tok = tiny_random_model(seed=0)
+    pool = AsyncRollouts(rollouts(), model, tok, max_staleness=1)
+    pool.start()
+    print(pool.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def named_semaphores(pid):
+    """The named semaphores (``/dev/shm/sem.*``) mapped by process ``pid``."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split("/dev/shm/", 1)[1].strip() for line in maps if "/dev/shm/sem." in line}
+
+
+def gone(pid, within_s=30.0):
+    """Whether process ``pid`` has ended (a zombie counts as ended) within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_the_worker_dies_with_its_trainer_and_holds_no_named_semaphore(how):
+    """A trainer killed (kill -9, or SIGTERM) takes its generation worker with it, and neither ever mapped a named
+    semaphore (a multiprocessing queue, lock or value would: /dev/shm/sem.*, left there by a kill of both)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        worker = int(trainer.stdout.readline())
+        semaphores = named_semaphores(trainer.pid) | named_semaphores(worker)
+        trainer.send_signal(how)
+        trainer.wait(timeout=30)
+        assert gone(worker), f"the worker {worker} outlived its trainer"
+        assert semaphores == set()
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+
+class Planted:
+    """A pickle that runs code when read: it creates the file ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def a_result(call):
+    from agent_trainers.rollout.async_process import GenerationResult
+    from agent_trainers.rollout.types import Trajectory, TurnSpan
+
+    turn = TurnSpan(0, 2, 3, reward=0.5, reward_terms={"answer": 0.5})
+    traj = Trajectory(ENV_ID, {}, 3, "t0", 0, 0, [1, 2], [3, 4, 5], [1, 1, 0], [-0.25, -1e-9, 0.0], [turn])
+    rng = torch.get_rng_state()
+    return GenerationResult(call, ((ENV_ID, 0),), 1, [traj], {"x": 1.5}, 0.25, 0.0, rng_state=rng.numpy().tobytes())
+
+
+def test_a_checkpoint_keeps_pending_results_as_json_and_a_resume_reads_no_pickle(model, tmp_path):
+    """The results in flight go to async_pending.json and come back equal (trajectories, RNG state); a pickle
+    planted in the checkpoint is never read (it would run its code), only named in a warning."""
+    import json
+    import pickle
+
+    m, tok = model
+    pool = AsyncRollouts(rollouts(), m, tok)
+    pool._done = {2: a_result(2), 3: a_result(3)}
+    pool.save(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ASYNC_PENDING] and ASYNC_PENDING.endswith(".json")
+    json.loads((tmp_path / ASYNC_PENDING).read_text())  # plain JSON
+    resumed = AsyncRollouts(rollouts(), m, tok)
+    resumed.load(tmp_path)
+    assert resumed._done == pool._done
+
+    planted, marker = tmp_path / "planted", tmp_path / "code-ran"
+    planted.mkdir()
+    (planted / "async_pending.pkl").write_bytes(pickle.dumps({"results": Planted(marker)}))
+    with pytest.warns(UserWarning, match=r"async_pending.pkl is not read .*not exact"):
+        AsyncRollouts(rollouts(), m, tok).load(planted)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{", "Expecting"), ('{"format": 1, "results": [{"call": 1}]}', "not a generation result"), ("[]", "layout")],
+)
+def test_a_damaged_pending_file_is_an_error_naming_it(model, tmp_path, text, message):
+    m, tok = model
+    (tmp_path / ASYNC_PENDING).write_text(text)
+    with pytest.raises(ValueError, match=rf"{ASYNC_PENDING}: .*{message}"):
+        AsyncRollouts(rollouts(), m, tok).load(tmp_path)

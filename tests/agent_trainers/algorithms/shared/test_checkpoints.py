@@ -1,19 +1,35 @@
-"""Checkpoint completeness: an empty or partial leftover never blocks a resume."""
+"""Checkpoint completeness: an empty, partial or damaged checkpoint never blocks a resume, and is named."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
-from agent_trainers.algorithms.shared.checkpoints import ROLLOUT_STATE, last_complete_checkpoint, missing_parts
+from agent_trainers.algorithms.shared.checkpoints import (
+    ACCELERATE_CHECKPOINT,
+    ROLLOUT_STATE,
+    TRAINER_CHECKPOINT,
+    last_complete_checkpoint,
+    load_rollout_state,
+    missing_parts,
+)
+from agent_trainers.rollout.training import EnvRollouts
 
 
-def complete(folder):
+def complete(folder, layout=TRAINER_CHECKPOINT):
+    """A checkpoint folder with every file of ``layout``, each a real file of its kind."""
     folder.mkdir(parents=True)
-    (folder / "trainer_state.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
     (folder / ROLLOUT_STATE).write_text(json.dumps({"calls": 1, "seed": 0}))
+    save_file({"w": torch.arange(256, dtype=torch.float32)}, folder / "model.safetensors")
+    names = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
+    if layout is ACCELERATE_CHECKPOINT:
+        names = ("optimizer.bin", "scheduler.bin", "random_states_0.pkl")
+    for name in names:
+        torch.save({"state": {0: {"exp_avg": torch.randn(256)}}, "name": name}, folder / name)
     return folder
 
 
@@ -32,8 +48,78 @@ def test_newest_complete_checkpoint_wins_and_leftovers_are_skipped_with_a_warnin
     assert missing_parts(tmp_path / "checkpoint-2") == []
 
 
+def cut_in_half(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+DAMAGE = {
+    "optimizer.pt missing": lambda f: (f / "optimizer.pt").unlink(),
+    "scheduler.pt missing": lambda f: (f / "scheduler.pt").unlink(),
+    "rng_state.pth or rng_state_0.pth missing": lambda f: (f / "rng_state.pth").unlink(),
+    "model.safetensors unreadable: SafetensorError": lambda f: cut_in_half(f / "model.safetensors"),
+    "optimizer.pt unreadable: BadZipFile": lambda f: cut_in_half(f / "optimizer.pt"),
+    "trainer_state.json unreadable: JSONDecodeError: Expecting value": lambda f: (f / "trainer_state.json").write_text(
+        ""
+    ),
+    f"{ROLLOUT_STATE} unreadable: JSONDecodeError": lambda f: cut_in_half(f / ROLLOUT_STATE),
+}
+
+
+@pytest.mark.parametrize("problem", list(DAMAGE))
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one_naming_the_file(tmp_path, problem):
+    """A file the trainer reads back that is missing, cut short or empty makes the checkpoint incomplete: the
+    resume takes the one before, with a warning that names the file (transformers would resume without an
+    optimizer or schedule, or stop with a traceback naming no file)."""
+    complete(tmp_path / "checkpoint-1")
+    DAMAGE[problem](complete(tmp_path / "checkpoint-2"))
+    with pytest.warns(UserWarning, match=rf"skipping incomplete checkpoint .*checkpoint-2 \({problem}"):
+        assert last_complete_checkpoint(tmp_path, TRAINER_CHECKPOINT) == tmp_path / "checkpoint-1"
+
+
+def test_a_record_that_fails_its_crc_check_is_named(tmp_path):
+    """A flipped byte in a tensor's data (the file keeps its length) fails that record's CRC check."""
+    import struct
+    import zipfile
+
+    folder = complete(tmp_path / "checkpoint-1")
+    path = folder / "optimizer.pt"
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("/data/0"))
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    data[info.header_offset + 30 + name_len + extra_len + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert missing_parts(folder, TRAINER_CHECKPOINT) == [
+        f"optimizer.pt unreadable: record {info.filename} fails its CRC check"
+    ]
+
+
+def test_each_trainer_needs_its_own_files(tmp_path):
+    ppo = complete(tmp_path / "ppo", ACCELERATE_CHECKPOINT)
+    assert missing_parts(ppo, ACCELERATE_CHECKPOINT) == []
+    assert "optimizer.pt missing" in missing_parts(ppo, TRAINER_CHECKPOINT)
+    (ppo / "random_states_0.pkl").unlink()  # accelerate would go on without its RNG states, silently
+    assert missing_parts(ppo, ACCELERATE_CHECKPOINT) == ["random_states_0.pkl missing"]
+
+
 def test_no_checkpoint_at_all(tmp_path):
     assert last_complete_checkpoint(tmp_path / "missing") is None
     (tmp_path / "checkpoint-1").mkdir()
     with pytest.warns(UserWarning, match="skipping incomplete checkpoint"):
         assert last_complete_checkpoint(tmp_path) is None
+
+
+def test_a_checkpoint_of_other_settings_is_refused_naming_them(tmp_path):
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    settings = {"seed": 7, "rl": {"learning_rate": 0.01, "beta": 0.0}}
+    made = EnvRollouts([], seed=7, run_settings=settings)
+    made.calls = 3
+    (folder / ROLLOUT_STATE).write_text(json.dumps(made.state_dict()))
+    same = EnvRollouts([], seed=7, run_settings=settings)
+    load_rollout_state(folder, same)
+    assert same.calls == 3
+    other = EnvRollouts([], seed=7, run_settings={"seed": 7, "rl": {"learning_rate": 0.001, "beta": 0.0}})
+    with pytest.raises(ValueError, match=r"checkpoint-3.*other settings: rl.learning_rate: 0.01 then, 0.001 now"):
+        load_rollout_state(folder, other)
