@@ -52,8 +52,13 @@ def run_sweep(
     seeds: Sequence[int] | None = None,
     runner: Callable[[Run], Any] | None = None,
     say: Callable[[str], None] = print,
+    dev_only: bool = False,
 ) -> SweepResult:
-    """Run (or continue) every run, freeze the choices, evaluate the test set once, and write the report."""
+    """Run (or continue) every run, freeze the choices, evaluate the test set once, and write the report.
+
+    ``dev_only``: stop after the dev report; the test set is left untouched (a sweep can then grow, e.g. by seeds,
+    and be reported on dev as it goes: the choices are frozen again, and the test set evaluated, by the run
+    without it)."""
     import agent_trainers.experiments.protocol as protocol
     import agent_trainers.experiments.report as report
     import agent_trainers.experiments.runner as runners
@@ -69,7 +74,9 @@ def run_sweep(
              f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (choices {frozen['choices']}).", "",
              "## Dev (every choice is made here)", "", report.dev_table(runs, spec.metric, costs, steps)]  # fmt: skip
     parts += report.change_lines(runs, spec.metric, lambda r: report.dev_eval_folder(r, steps[r.name][0]))
-    if spec.test is not None:
+    if spec.test is not None and dev_only:
+        parts += ["", "## Test", "", "Not evaluated yet (`--dev-only`): the test set is untouched."]
+    elif spec.test is not None:
         protocol.evaluate_test(spec, runs, folder, say=say)
         folders = protocol.frozen_test_folders(spec, runs, folder)
         parts += ["", "## Test (evaluated once, after the choices were frozen)", "",
@@ -89,6 +96,9 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument("--out", default=None, help="where everything goes (default runs/<name>)")
     sweep.add_argument("--seeds", default=None, help="comma-separated seeds instead of the sweep's")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+    sweep.add_argument(
+        "--dev-only", action="store_true", help="run and report on dev; leave the test set untouched for a later run"
+    )
 
 
 def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[str]], dict[str, Any]]) -> int:
@@ -108,7 +118,7 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
         for line in describe(runs):
             print(line)
         return 0
-    result = run_sweep(spec, out, name=name, overrides=overrides, seeds=seeds)
+    result = run_sweep(spec, out, name=name, overrides=overrides, seeds=seeds, dev_only=args.dev_only)
     print(result.report)
     if result.curves:
         print(f"curves: {result.curves}")

@@ -66,10 +66,15 @@ def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread
         "first_task": 2, "tasks": 2}, "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}],
     })  # fmt: skip
     said: list[str] = []
+    dev = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append, dev_only=True)
+    assert "Not evaluated yet (`--dev-only`)" in dev.report and not (tmp_path / "test").exists()
+    assert not any("[sweep] test" in line for line in said) and not (tmp_path / "test_log.json").exists()
+    said.clear()
     first = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)
     assert "## Dev (every choice is made here)" in first.report and "## Test (evaluated once" in first.report
     assert (tmp_path / "test" / "grpo" / "seed0" / "summary.json").is_file()
     assert any("test 2/2: grpo/seed0" in line for line in said)
+    assert all("skipped" in line for line in said if "[sweep] run" in line)  # trained once, by the dev-only run
     said.clear()
     again = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)  # everything is kept
     assert again.report == first.report and all("skipped" in line for line in said)
