@@ -22,6 +22,7 @@ and exit with status 2; they never show a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -152,13 +153,18 @@ def main(argv: Sequence[str] | None = None, extra: Mapping[str, Command] | None 
     commands of the layers above this one as ``extra``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _dispatch(argv, extra or {})
+        code = _dispatch(argv, extra or {})
+        sys.stdout.flush()  # here, where a reader that went away is caught below
+        return code
     except ModuleNotFoundError as err:  # a command of an extra in an install without it: one line, which extra
         if (err.name or "").split(".")[0] in ("agent_trainers", "agent_gym"):
             raise  # our own module missing is a bug, not an install choice
         command = " ".join(a for a in argv[:1] if not a.startswith("-"))
         print(f"agent-r1{' ' + command if command else ''}: error: {missing_extra(err)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`agent-r1 sweep NAME --plan | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit cannot fail
+        return 0
 
 
 def _dispatch(argv: list[str], extra: Mapping[str, Command]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -383,3 +384,18 @@ def test_the_verifiers_entry_module_names_its_extra_when_verifiers_is_missing():
         "ModuleNotFoundError: agent_r1_gym is the verifiers plugin entry point and needs its extra: "
         "pip install 'agent-r1-gym[verifiers]'"
     ), done.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    """``agent-r1 sweep learn_main --plan | head -0``: the pipe is closed before the plan is printed."""
+    from tests.conftest import AGENT_R1_IMPORT, REPO_ROOT
+
+    code = f"import sys; {AGENT_R1_IMPORT}; sys.argv[0] = 'agent-r1'; sys.exit(main())"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-c", code, "sweep", "learn_main", "--plan"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    proc.stdout.close()  # the reader is gone before the command has written a line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and err == "", err
