@@ -102,8 +102,9 @@ def pages_with(lang: str) -> list[str]:
     return sorted({b.page for b in BLOCKS if runs(b, lang)})
 
 
-# pages whose Python blocks train a model (tens of seconds on 2 CPU cores): slow, run by .ci/run after the suite
-SLOW_PAGES = {"docs/ppo.md", "docs/integrations.md"}
+# pages whose Python blocks train a model or draw hundreds of episodes (tens of seconds on 2 CPU cores): slow, run
+# by .ci/run after the suite
+SLOW_PAGES = {"docs/ppo.md", "docs/integrations.md", "docs/property_testing.md"}
 
 
 def python_pages() -> list[Any]:

@@ -38,6 +38,7 @@ def guide_folder(tmp_path, monkeypatch):
     gym.registry.pop("Guide/Dictionary-v0", None)
 
 
+@pytest.mark.slow  # the guide trains its env (~20 s); CI runs it after the default suite
 def test_the_guide_runs_end_to_end(guide_folder, capsys):
     ran = {"files": [], "python": 0, "commands": []}
     for lang, body in guide_blocks():

@@ -282,6 +282,7 @@ QUICK_TINY = ("--set", "rl.steps=1", "--set", "sft.episodes=2", "--set", "eval.b
 """``--config tiny`` cut to one SFT and one RL step."""
 
 
+@pytest.mark.slow  # two runs of the tiny config (~35 s); CI runs it after the default suite
 def test_a_run_prints_its_own_lines_and_the_trainers_dicts_and_known_warnings_only_with_verbose(tmp_path):
     """Every ``agent-r1 train`` printed TRL's "experimental" warning, a tokenizer warning and TRL's 40-key dict per
     step beside the project's own one-line summary (issue 41.10)."""

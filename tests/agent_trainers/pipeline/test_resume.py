@@ -83,7 +83,16 @@ DAMAGE = {  # what happened to checkpoint-2 since it was written, by algorithm (
 }
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo", "ppo"])
+# GRPO (TRL's checkpoints) and PPO (accelerate's) in the default suite; the other four damage kinds are slow tests
+# (~12 s each; .ci/run runs them after the default suite)
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        "grpo",
+        *(pytest.param(a, marks=pytest.mark.slow) for a in ("rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")),
+        "ppo",
+    ],
+)
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_thread, algorithm):
     """Killed after checkpoint-2, whose files were then lost, cut or emptied (the table above; transformers resumed
     from it with a fresh optimizer or schedule, or stopped with a traceback naming no file): the resume warns,

@@ -57,6 +57,7 @@ def model():
     return model.eval(), tok
 
 
+@pytest.mark.slow  # ~15 s; CI runs it after the default suite
 def test_the_trainer_does_not_wait_for_calls_generated_while_it_trained(model):
     """A scripted generator takes ~1 s a call and a "training step" 2 s: from the second call on, the episodes are
     ready when the trainer asks (it waits well under the generation time); the first call cannot overlap."""
@@ -244,7 +245,7 @@ def gone(pid, within_s=30.0):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("how", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # ~12 s each
 def test_the_worker_dies_with_its_trainer_and_holds_no_named_semaphore(how):
     """A trainer killed (kill -9, or SIGTERM) takes its generation worker with it, and neither ever mapped a named
     semaphore (a multiprocessing queue, lock or value would: /dev/shm/sem.*, left there by a kill of both)."""

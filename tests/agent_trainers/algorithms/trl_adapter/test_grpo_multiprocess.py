@@ -46,6 +46,7 @@ def two_ranks(tmp_path_factory):
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.slow  # the two_ranks fixture launches two processes (~20 s); CI runs it after the default suite
 def test_two_gloo_processes_trained_one_model(two_ranks):
     for r, rank in enumerate(two_ranks):
         assert rank["rank"] == r and rank["world_size"] == 2
@@ -55,6 +56,7 @@ def test_two_gloo_processes_trained_one_model(two_ranks):
     assert two_ranks[0]["after"] == pytest.approx(two_ranks[1]["after"], rel=0, abs=1e-9), "DDP keeps replicas equal"
 
 
+@pytest.mark.slow  # the two_ranks fixture launches two processes (~20 s); CI runs it after the default suite
 def test_each_group_stays_on_one_process_and_processes_share_no_task(two_ranks):
     for call in range(2):
         tasks = []
@@ -69,6 +71,7 @@ def test_each_group_stays_on_one_process_and_processes_share_no_task(two_ranks):
         assert not tasks[0] & tasks[1], f"call {call}: both processes played tasks {tasks[0] & tasks[1]}"
 
 
+@pytest.mark.slow  # the two_ranks fixture launches two processes (~20 s); CI runs it after the default suite
 def test_advantages_equal_those_of_the_whole_batch_in_one_process(two_ranks):
     for call in range(2):
         records = [rank["records"][call] for rank in two_ranks]
