@@ -21,10 +21,12 @@ text = st.text(
 
 @st.composite
 def chats(draw):
-    """system, user, then 1-4 assistant turns each followed by 0-2 tool/user messages."""
+    """system, user, then 1-4 assistant turns each followed by 0-2 tool/user messages. A reply does not start with
+    whitespace: one that does is tokenised as generated, apart from the generation prompt's newline (the test
+    below), where a whole render merges the two."""
     msgs = [{"role": "system", "content": draw(text)}, {"role": "user", "content": draw(text)}]
     for _ in range(draw(st.integers(1, 4))):
-        msgs.append({"role": "assistant", "content": draw(text)})
+        msgs.append({"role": "assistant", "content": draw(text.filter(lambda t: not t[:1].isspace()))})
         for _ in range(draw(st.integers(0, 2))):
             msgs.append({"role": draw(st.sampled_from(["tool", "user"])), "content": draw(text)})
     return msgs
@@ -44,6 +46,18 @@ def test_incremental_ids_equal_one_whole_render(smollm2_tokenizer, msgs):
                 tok.convert_tokens_to_ids("<|im_end|>")
             ]
     assert taught == expected
+
+
+def test_a_reply_that_starts_with_a_space_keeps_the_generation_prompts_newline(smollm2_tokenizer):
+    """The model saw the prompt's ``\n`` (198) and wrote `` `` (216): those are the rollout's ids; a whole render of the
+    same messages tokenises ``"\n "`` as one token (3805), which no model generated."""
+    tok = smollm2_tokenizer
+    msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""}, {"role": "assistant", "content": " "}]
+    row = tokenize_chat(ChatTokenizer(tok), msgs)
+    whole = tok.apply_chat_template(msgs, tokenize=True, return_dict=True)["input_ids"]
+    assert whole[13:] == [3805, 2, 198]
+    assert row.input_ids == [*whole[:13], 198, 216, 2, 198]
+    assert [i for i, m in zip(row.input_ids, row.assistant_masks, strict=True) if m] == [216, 2]
 
 
 def test_env_text_closes_the_turn_only_when_the_model_did_not(smollm2_tokenizer):
