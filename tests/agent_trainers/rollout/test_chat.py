@@ -49,8 +49,8 @@ def test_incremental_ids_equal_one_whole_render(smollm2_tokenizer, msgs):
 
 
 def test_a_reply_that_starts_with_a_space_keeps_the_generation_prompts_newline(smollm2_tokenizer):
-    """The model saw the prompt's ``\n`` (198) and wrote `` `` (216): those are the rollout's ids; a whole render of the
-    same messages tokenises ``"\n "`` as one token (3805), which no model generated."""
+    r"""The model saw the prompt's ``\n`` (198) and wrote `` `` (216): those are the rollout's ids; a whole render of
+    the same messages tokenises ``"\n "`` as one token (3805), which no model generated."""
     tok = smollm2_tokenizer
     msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""}, {"role": "assistant", "content": " "}]
     row = tokenize_chat(ChatTokenizer(tok), msgs)
