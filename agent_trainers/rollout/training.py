@@ -308,7 +308,6 @@ class EnvRollouts:
         """Play ``group`` episodes of each ``(env_id, task_index)``, in the order given (refilled when
         ``dynamic_sampling`` is on)."""
         trajectories = self._play_tasks(tasks, group, policy, config, self.seed + 100_003 * self.calls)
-        check_episodes(trajectories, self.max_env_errors)
         self.last_stats = {}
         if self.dynamic_sampling:
             trajectories = self.refill(tasks, trajectories, group, policy, config)
@@ -344,7 +343,6 @@ class EnvRollouts:
             fresh = [pool.pop(draw.randrange(len(pool))) for _ in range(min(wanted, len(pool)))]
             seed = self.seed + 100_003 * self.calls + 7_919 * rounds
             new = self._play_tasks(fresh, group, policy, config, seed)
-            check_episodes(new, self.max_env_errors)
             played += len(fresh)
             for k in range(len(fresh)):
                 candidate = new[k * group : (k + 1) * group]
@@ -369,6 +367,8 @@ class EnvRollouts:
     def _play_tasks(
         self, tasks: list[Task], group: int, policy: TokenPolicy, config: RolloutConfig, seed: int
     ) -> list[Trajectory]:
+        """Play ``group`` episodes of each task, in the order given; an env that fails stops here
+        (:func:`check_episodes`), whether the call is a step's first or a dynamic-sampling refill."""
         trajectories: list[Trajectory] = []
         for env_id in dict.fromkeys(e for e, _ in tasks):
             indices = [i for e, i in tasks if e == env_id]
@@ -384,6 +384,7 @@ class EnvRollouts:
         if len({e for e, _ in tasks}) > 1:  # restore the prompt order across envs
             order = {t: k for k, t in enumerate(tasks)}
             trajectories.sort(key=lambda t: order[(t.env_id, t.task_index)])
+        check_episodes(trajectories, self.max_env_errors)
         return trajectories
 
     def play_step(self, tasks: list[Task], group: int, model: Any, tokenizer: Any) -> list[Trajectory]:
