@@ -5,7 +5,8 @@ stage              runs when                              does
 =================  =====================================  ==================================
 ``eval_before``    ``eval.before``, not resuming RL       evaluate the loaded model
 ``sft``            ``sft.enabled``                        cold-start SFT (or reload it on resume)
-``eval_after_sft`` SFT ran in this call                   evaluate
+``eval_after_sft`` SFT ran in this call, or a resumed      evaluate
+                   run's evaluation of it never finished
 ``rl``             ``rl.enabled``                         RL with ``algorithm`` (see :data:`RL_TRAINERS`)
 ``eval_final``     always                                 evaluate, save ``final/``
 =================  =====================================  ==================================
@@ -445,10 +446,18 @@ def _eval_after_sft(state: RunState) -> None:
     state.evaluate("after_sft", 0)
 
 
+def _after_sft_due(state: RunState) -> bool:
+    """SFT trained in this call, or a resumed run reloaded SFT whose evaluation was cut before its summary."""
+    if state.sft_ran:
+        return True
+    finished = (state.out / "eval" / "after_sft" / "summary.json").is_file()
+    return state.resume and state.config.sft.enabled and not finished
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("eval_before", lambda s: s.rl_checkpoint is None and s.config.eval.before, _eval_before),
     Stage("sft", lambda s: s.config.sft.enabled, run_sft_stage),
-    Stage("eval_after_sft", lambda s: s.sft_ran, _eval_after_sft),
+    Stage("eval_after_sft", _after_sft_due, _eval_after_sft),
     Stage("rl", lambda s: s.config.rl.enabled, run_rl_stage),
     Stage("eval_final", lambda s: True, run_final_stage),
 )
