@@ -11,18 +11,12 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
-from transformers import (
-    GenerationConfig,
-    LogitsProcessor,
-    LogitsProcessorList,
-    PreTrainedTokenizerBase,
-    StoppingCriteria,
-    StoppingCriteriaList,
-)
+from transformers import PreTrainedTokenizerBase
 
+from agent_trainers.policies.decode import DECODERS, StopStrings
 from agent_trainers.policies.kv_cache import CacheStats, EpisodeKVCache, supports_kv_reuse
 from agent_trainers.policies.sampling import (
     FinishReason,
@@ -30,52 +24,9 @@ from agent_trainers.policies.sampling import (
     SamplingParams,
     cut_at_stop,
     end_token_ids,
-    stop_window,
 )
 
 __all__ = ["TransformersPolicy"]
-
-
-class _RecordLogprobs(LogitsProcessor):
-    """Records ``log_softmax(logits / T)`` of each sampled token, from the same logits.
-
-    transformers runs custom processors before its temperature / top-p warpers,
-    so ``scores`` here are the model's logits; the row of step t is kept until
-    step t+1 reveals which token was sampled from it.
-    """
-
-    def __init__(self, temperature: float):
-        self.temperature = temperature if temperature > 0 else 1.0
-        self.prev: torch.Tensor | None = None
-        self.taken: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self.gather(input_ids[:, -1])
-        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        return scores
-
-    def gather(self, last: torch.Tensor) -> None:
-        if self.prev is not None:
-            self.taken.append(self.prev.gather(1, last.view(-1, 1)).squeeze(1))
-            self.prev = None
-
-
-class _StopOnText(StoppingCriteria):
-    """Marks a row done once its newest tokens decode to text containing a stop string."""
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], prompt_len: int):
-        self.tokenizer, self.stop, self.prompt_len = tokenizer, list(stop), prompt_len
-        self.window = stop_window(stop)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        start = max(self.prompt_len, input_ids.shape[1] - self.window)
-        tails = self.tokenizer.batch_decode(
-            input_ids[:, start:], skip_special_tokens=False, clean_up_tokenization_spaces=False
-        )
-        for i, tail in enumerate(tails):
-            done[i] = any(s in tail for s in self.stop)
-        return cast(torch.BoolTensor, done)  # transformers names the legacy BoolTensor type; any bool tensor does
 
 
 def _bf16_copy(model: Any) -> Any:
@@ -107,6 +58,9 @@ class TransformersPolicy:
             each decoding step). Sampled tokens and log-probs then come from bf16 logits. SmolLM2-135M on
             2 cores with AVX-512 BF16: 32 greedy Calculator episodes took 55.7 s against 86.1 s in fp32,
             with the same exact-match rate (0.219).
+        decoder: ``"loop"`` (:func:`~agent_trainers.policies.decode.decode`: the model called once per token,
+            sampling by inverse CDF) or ``"generate"`` (``model.generate``, for a model whose forward the loop
+            does not fit; :func:`~agent_trainers.policies.decode.decode_with_generate`).
 
     Example:
         >>> policy = TransformersPolicy(*load_model("tiny-random"))  # doctest: +SKIP
@@ -122,9 +76,13 @@ class TransformersPolicy:
         seed: int = 0,
         reuse_kv_cache: bool = True,
         bf16: bool = False,
+        decoder: str = "loop",
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {sorted(DECODERS)} (got {decoder!r})")
+        self._decode = DECODERS[decoder]
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.seed = batch_size, seed
         self.calls, self.bf16 = 0, bf16
@@ -134,6 +92,7 @@ class TransformersPolicy:
         self._end_ids = end_token_ids(tokenizer)
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._end_ids)
         self._kv: EpisodeKVCache | None = None
+        self._stops: dict[tuple[str, ...], StopStrings] = {}
         if reuse_kv_cache and supports_kv_reuse(model):
             self._kv = EpisodeKVCache(model)
         elif reuse_kv_cache:
@@ -192,17 +151,13 @@ class TransformersPolicy:
         device = next(self.model.parameters()).device
         return ids.to(device), mask.to(device)
 
-    def _generation_config(self, params: SamplingParams) -> GenerationConfig:
-        sample = not params.greedy
-        return GenerationConfig(
-            max_new_tokens=params.max_new_tokens,
-            do_sample=sample,
-            temperature=params.temperature if sample else None,
-            top_p=params.top_p if sample else None,
-            top_k=None,
-            eos_token_id=sorted(self._end_ids),
-            pad_token_id=self._pad_id,
-        )
+    def _stop_strings(self, stop: tuple[str, ...]) -> StopStrings | None:
+        """The stop check of ``stop`` (built once per set of strings: it decodes the vocabulary once)."""
+        if not stop:
+            return None
+        if stop not in self._stops:
+            self._stops[stop] = StopStrings(self.tokenizer, stop)
+        return self._stops[stop]
 
     @torch.inference_mode()
     def _generate_batch(
@@ -213,25 +168,20 @@ class TransformersPolicy:
         if sessions is not None and self._kv is not None:
             self._kv.prepare(sessions, prompts)
             past = self._kv.stack(sessions, ids.shape[1], room=params.max_new_tokens)
-        recorder = _RecordLogprobs(params.temperature)
-        stop = params.stop
-        criteria = StoppingCriteriaList([_StopOnText(self.tokenizer, stop, ids.shape[1])] if stop else [])
         torch.manual_seed(self.seed + self.calls)
         self.calls += 1
-        seqs = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            past_key_values=past,
-            generation_config=self._generation_config(params),
-            logits_processor=LogitsProcessorList([recorder]),
-            stopping_criteria=criteria,
+        new, lps, past = self._decode(
+            self.model,
+            ids,
+            mask,
+            params,
+            end_ids=self._end_ids,
+            pad_id=self._pad_id,
+            past=past,
+            stop=self._stop_strings(params.stop),
         )
-        new = seqs[:, ids.shape[1] :]
-        if new.shape[1]:
-            recorder.gather(new[:, -1])
-        lps = torch.stack(recorder.taken, dim=1) if recorder.taken else torch.zeros_like(new, dtype=torch.float)
-        gens = [self._finish(new[r].tolist(), lps[r].tolist(), stop) for r in range(new.shape[0])]
-        if past is not None and self._kv is not None and sessions is not None:
+        gens = [self._finish(new[r].tolist(), lps[r].tolist(), params.stop) for r in range(new.shape[0])]
+        if self._kv is not None and sessions is not None and past is not None:
             self._kv.keep(sessions, prompts, past, ids.shape[1], [g.token_ids for g in gens])
         return gens
 
