@@ -28,8 +28,18 @@
    (:class:`agent_trainers.rollout.ray_pool.RayEnvPool`); reference: the same
    episodes with in-process envs and the engine's threads; ratio Ray/threads.
 
+4. Decode loop (``--quick``: only this, with the tiny random model). The policy's decode loop
+   (:mod:`agent_trainers.policies.decode`) and ``model.generate`` (``decoder="generate"``, the engine
+   before the loop) generate ``decode_tokens`` tokens after ``decode_rows`` left-padded prompts
+   (sampling at T=1, the stop string ``</tool_call>``); reference: a bare loop of
+   ``model(input_ids, past_key_values=...)`` calls over the same prompts and the same tokens (no sampling,
+   no log-probs, no stop check). Ends with ``engine/bare decode time: N.NNx`` (goal <= 1.30x) and the
+   same ratio for ``model.generate``. With ``--decoders`` (or in the default run) it uses ``--model`` and
+   also plays ``episodes`` rollouts under both decoders (same seeds), printing model tokens/s and the ratio.
+
 Run: ``python benchmarks/rollout.py`` (defaults take a few minutes on 2 CPU cores);
-``python benchmarks/rollout.py --cache-check`` (only part 1);
+``python benchmarks/rollout.py --cache-check`` (only part 1); ``--quick`` (part 4, tiny model, ~20 s);
+``--decoders --episodes 16`` (part 4 with SmolLM2);
 ``python benchmarks/rollout.py --episodes 8 --max-new-tokens 64`` for a longer one.
 """
 
@@ -67,6 +77,14 @@ class Args:
     """Environment played (its embedded sample, no data files needed)."""
     model: str = "smollm2"
     """Model played (``smollm2``, ``tiny-random`` or a checkpoint folder)."""
+    quick: bool = False
+    """Run only the decode-loop rows (part 4) with the tiny random model; ends with ``engine/bare decode time``."""
+    decoders: bool = False
+    """Run only part 4 with ``--model``: the decode-loop rows, then whole rollouts under both decoders."""
+    decode_rows: int = 16
+    """Prompts per batch in the decode-loop rows."""
+    decode_tokens: int = 64
+    """Tokens generated per prompt in the decode-loop rows (the longest row runs this many steps)."""
     cache_check: bool = False
     """Run only the cache-reuse check (part 1) and end with ``cache reuse: exact=... speedup=...``."""
     threads_check: bool = False
@@ -393,6 +411,72 @@ def ray_pool_rows(args: Args, tok: Any) -> None:
     ray.shutdown()
 
 
+def _bare_decode(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor) -> float:
+    """Seconds for a prefill of ``ids`` then one ``model(...)`` call per column of ``tokens`` (the bound)."""
+    from transformers import DynamicCache
+
+    start = time.perf_counter()
+    with torch.inference_mode():
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        past = DynamicCache(config=model.config)
+        model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past, logits_to_keep=1)
+        step = positions[:, -1:]
+        for col in range(tokens.shape[1] - 1):
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            step = step + 1
+            model(input_ids=tokens[:, col : col + 1], attention_mask=mask, position_ids=step, past_key_values=past)
+    return time.perf_counter() - start
+
+
+def decode_loop_rows(args: Args, model: Any, tok: Any) -> None:
+    """Part 4: the decode loop and ``model.generate`` against bare forwards over the same tokens."""
+    gen = torch.Generator().manual_seed(args.seed)
+    rows = args.decode_rows
+    lengths = [200 + 7 * r for r in range(rows)]
+    width = max(lengths)
+    ids = torch.zeros((rows, width), dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    prompts = []
+    for r, n in enumerate(lengths):
+        prompts.append(torch.randint(100, 5000, (n,), generator=gen).tolist())
+        ids[r, width - n :], mask[r, width - n :] = torch.tensor(prompts[-1]), 1
+    params = SamplingParams(max_new_tokens=args.decode_tokens, temperature=1.0, stop=("</tool_call>",))
+    ratios: dict[str, list[float]] = {"loop": [], "generate": []}
+    policies = {d: TransformersPolicy(model, tok, batch_size=rows, seed=args.seed, decoder=d) for d in ratios}
+    for policy in policies.values():
+        policy.generate(prompts[:1], SamplingParams(max_new_tokens=2, stop=params.stop))  # warm-up (stop table)
+    _bare_decode(model, ids, mask, ids[:, :8])  # warm-up
+    for _ in range(args.repeats):
+        for d, policy in policies.items():
+            start = time.perf_counter()
+            gens = policy.generate(prompts, params)
+            engine_s = time.perf_counter() - start
+            steps = max(len(g.token_ids) for g in gens)
+            forced = torch.tensor([g.token_ids + [0] * (steps - len(g.token_ids)) for g in gens])
+            ratios[d].append(engine_s / _bare_decode(model, ids, mask, forced))
+    for d in ("generate", "loop"):
+        what = "model.generate (before)" if d == "generate" else "decode loop"
+        print(f"  {what:24s}: {statistics.median(ratios[d]):.2f}x bare  (runs: {_fmt(ratios[d])})")
+    print(f"generate/bare decode time: {statistics.median(ratios['generate']):.2f}x")
+    print(f"engine/bare decode time: {statistics.median(ratios['loop']):.2f}x")
+
+
+def decoder_rollouts(args: Args, model: Any, tok: Any) -> None:
+    """Part 4, whole rollouts: ``episodes`` episodes of ``env_id`` under each decoder, model tokens/s."""
+    cfg = RolloutConfig(max_new_tokens_per_turn=args.max_new_tokens, max_turns=args.max_turns,
+                        temperature=args.temperature)  # fmt: skip
+    rates: dict[str, list[float]] = {"generate": [], "loop": []}
+    for _ in range(args.repeats):
+        for d in rates:
+            policy = TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed, decoder=d)
+            start = time.perf_counter()
+            trajs = rollout(policy, args.env_id, task_indices=range(args.episodes), seed=args.seed, config=cfg)
+            rates[d].append(sum(sum(t.loss_mask) for t in trajs) / (time.perf_counter() - start))
+    loop, before = statistics.median(rates["loop"]), statistics.median(rates["generate"])
+    print(f"rollout {args.model}: model.generate {before:.1f} model tok/s (runs: {_fmt(rates['generate'])}), "
+          f"decode loop {loop:.1f} (runs: {_fmt(rates['loop'])}); loop/generate: {loop / before:.2f}x")  # fmt: skip
+
+
 def parse_args(argv: Sequence[str] | None = None) -> Args:
     """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
     return tyro.cli(Args, description=__doc__, args=argv)
@@ -405,7 +489,16 @@ def main() -> None:
     if args.ray_actors:
         ray_pool_rows(args, load_tokenizer("smollm2"))
         return
+    if args.quick:
+        print("decode loop: tiny-random on CPU")
+        decode_loop_rows(args, *load_model("tiny-random", device="cpu"))
+        return
     model, tok = load_model(args.model, device="cpu", dtype=getattr(torch, args.dtype))
+    if args.decoders:
+        print(f"decode loop: {args.model} on CPU")
+        decode_loop_rows(args, model, tok)
+        decoder_rollouts(args, model, tok)
+        return
     if args.cache_check or args.threads_check:
         if args.cache_check:
             cache_check(args, model, tok)
@@ -415,6 +508,9 @@ def main() -> None:
     cache_check(args, model, tok)
     overhead(args, model, tok)
     overlap(args, tok)
+    print(f"decode loop: {args.model} on CPU")
+    decode_loop_rows(args, model, tok)
+    decoder_rollouts(args, model, tok)
 
 
 if __name__ == "__main__":

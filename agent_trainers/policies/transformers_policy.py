@@ -185,7 +185,8 @@ class TransformersPolicy:
             self._kv.keep(sessions, prompts, past, ids.shape[1], [g.token_ids for g in gens])
         return gens
 
-    def _finish(self, ids: list[int], lps: list[float], stop: Sequence[str]) -> Generation:
-        n, stopped = cut_at_stop(ids, self.tokenizer, stop, self._end_ids)
+    def _finish(self, ids: list[int], lps: list[float], stop: tuple[str, ...]) -> Generation:
+        strings = self._stop_strings(stop)  # decodes only where a stop string can end
+        n, stopped = strings.cut(ids, self._end_ids) if strings else cut_at_stop(ids, self.tokenizer, (), self._end_ids)
         reason = FinishReason.STOP if stopped else FinishReason.LENGTH
         return Generation(token_ids=ids[:n], logprobs=lps[:n], finish_reason=reason)

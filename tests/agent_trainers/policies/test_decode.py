@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from agent_trainers.policies import SamplingParams, TransformersPolicy
 from agent_trainers.policies.decode import BLOCK, StopStrings, decode, first_argmax, sample_from
-from agent_trainers.policies.sampling import stop_window
+from agent_trainers.policies.sampling import cut_at_stop, stop_window
 
 
 def chat_ids(tok, text: str) -> list[int]:
@@ -81,6 +81,10 @@ def test_the_stop_check_ends_a_row_where_a_decode_of_every_tail_ends_it(smollm2_
         if checked is None and bool(check(torch.tensor([ids[:t]]), torch.tensor([True]))[0]):
             checked = t
     assert checked == decoded, (ids, checked, decoded)
+    ends = {tok.convert_tokens_to_ids("<|im_end|>")}
+    for length in range(len(ids) + 1):  # the end of a finished generation, as cut_at_stop finds it
+        with_end = ids[:length] + list(ends) + ids[length:]
+        assert check.cut(with_end, ends) == cut_at_stop(with_end, tok, stop, ends)
 
 
 # -------------------------------------------------- exactness with generate
