@@ -39,7 +39,8 @@
 
 Run: ``python benchmarks/rollout.py`` (defaults take a few minutes on 2 CPU cores);
 ``python benchmarks/rollout.py --cache-check`` (only part 1); ``--quick`` (part 4, tiny model, ~20 s);
-``--decoders --episodes 16`` (part 4 with SmolLM2);
+``--decoders --episodes 16`` (part 4 with SmolLM2); ``--precision --episodes 16 --temperature 0`` (fp32
+against a bf16 copy on 1 and 2 threads, and the log-probs' distance);
 ``python benchmarks/rollout.py --episodes 8 --max-new-tokens 64`` for a longer one.
 """
 
@@ -79,6 +80,9 @@ class Args:
     """Model played (``smollm2``, ``tiny-random`` or a checkpoint folder)."""
     quick: bool = False
     """Run only the decode-loop rows (part 4) with the tiny random model; ends with ``engine/bare decode time``."""
+    precision: bool = False
+    """Run only the precision rows: ``episodes`` rollouts with ``--model`` in fp32 and with a bf16 copy, on 1 and
+    2 threads (tokens/s), and the bf16 log-probs' distance from an fp32 forward of the same tokens."""
     decoders: bool = False
     """Run only part 4 with ``--model``: the decode-loop rows, then whole rollouts under both decoders."""
     decode_rows: int = 16
@@ -477,6 +481,35 @@ def decoder_rollouts(args: Args, model: Any, tok: Any) -> None:
           f"decode loop {loop:.1f} (runs: {_fmt(rates['loop'])}); loop/generate: {loop / before:.2f}x")  # fmt: skip
 
 
+def precision_rows(args: Args, model: Any, tok: Any) -> None:
+    """fp32 against a bf16 copy, on 1 and 2 threads: model tokens/s of whole rollouts, and how far bf16's recorded
+    log-probs sit from an fp32 forward of the same tokens (what ``bf16: null`` weighs)."""
+    cfg = RolloutConfig(max_new_tokens_per_turn=args.max_new_tokens, max_turns=args.max_turns,
+                        temperature=args.temperature)  # fmt: skip
+    bf16_trajs: list[Trajectory] = []
+    for threads in (1, 2):
+        apply_threads(threads)
+        for bf16 in (False, True):
+            policy = TransformersPolicy(model, tok, batch_size=args.episodes, seed=args.seed, bf16=bf16)
+            start = time.perf_counter()
+            trajs = rollout(policy, args.env_id, task_indices=range(args.episodes), seed=args.seed, config=cfg)
+            wall = time.perf_counter() - start
+            tokens = sum(sum(t.loss_mask) for t in trajs)
+            print(f"  {threads} thread(s), {'bf16 copy' if bf16 else 'fp32':9s}: {wall:6.1f} s  {tokens:5d} model "
+                  f"tokens  {tokens / wall:6.1f} tok/s")  # fmt: skip
+            bf16_trajs = trajs if bf16 else bf16_trajs
+    worst = 0.0
+    with torch.inference_mode():
+        for t in bf16_trajs[:4]:
+            ids = t.prompt_ids + t.completion_ids
+            lps = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), dim=-1)
+            for i, (kept, lp) in enumerate(zip(t.loss_mask, t.logprobs, strict=True)):
+                pos = len(t.prompt_ids) + i
+                worst = max(worst, abs(float(lps[pos - 1, ids[pos]]) - lp)) if kept else worst
+    print(f"precision: bf16 log-probs vs an fp32 forward of the same tokens: largest |diff| {worst:.3f} "
+          f"(KV-reuse tolerance {args.logprob_atol:.0e})")  # fmt: skip
+
+
 def parse_args(argv: Sequence[str] | None = None) -> Args:
     """The command line's settings: one ``--flag`` per :class:`Args` field (``--help`` shows their docs)."""
     return tyro.cli(Args, description=__doc__, args=argv)
@@ -494,6 +527,10 @@ def main() -> None:
         decode_loop_rows(args, *load_model("tiny-random", device="cpu"))
         return
     model, tok = load_model(args.model, device="cpu", dtype=getattr(torch, args.dtype))
+    if args.precision:
+        print(f"precision: {args.model}, {args.episodes} episodes of {args.env_id}, temperature {args.temperature}")
+        precision_rows(args, model, tok)
+        return
     if args.decoders:
         print(f"decode loop: {args.model} on CPU")
         decode_loop_rows(args, model, tok)

@@ -83,6 +83,9 @@ def test_list_and_boolean_flags():
     rollout = load("benchmarks/rollout.py")
     args = rollout.parse_args(["--cache-check", "--max-new-tokens", "64", "--ray-actors", "1,2,4"])
     assert (args.cache_check, args.threads_check, args.max_new_tokens, args.ray_actors) == (True, False, 64, "1,2,4")
+    args = rollout.parse_args(["--quick", "--decode-rows", "8"])
+    assert (args.quick, args.decoders, args.precision) == (True, False, False)
+    assert (args.decode_rows, args.decode_tokens) == (8, 64)
     server = load("benchmarks/retrieval_server.py")
     assert (server.parse_args([]).hostile, server.parse_args(["--no-hostile"]).hostile) == (True, False)
     assert load("benchmarks/sql_hostile.py").parse_args(["--only", "like", "glob"]).only == ["like", "glob"]
