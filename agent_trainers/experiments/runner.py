@@ -11,6 +11,7 @@ skipped. Each run's wall time and peak memory (resident set of the process tree,
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import yaml
 from agent_gym.core.files import write_atomic
 from agent_trainers.experiments.plan import Run
 
-__all__ = ["COSTS", "RUN_CONFIG", "Cost", "read_costs", "run_all", "run_in_process", "run_in_subprocess"]
+__all__ = ["COSTS", "RUN_CONFIG", "Cost", "read_costs", "run_all", "run_in_process", "run_in_subprocess", "watch_child"]
 
 RUN_CONFIG = "sweep_config.yaml"
 """The run's typed config, as the run folder keeps it."""
@@ -58,24 +59,54 @@ def run_in_subprocess(run: Run) -> Cost:
     Raises:
         RuntimeError: The run failed (its exit status and command).
     """
-    import psutil
-
     resume = run.folder.is_dir()
     cmd = [sys.executable, "-m", "agent_trainers.pipeline.cli", "train", "--config", str(_write_config(run))]
     if resume:
         cmd.append("--resume")
+    returncode, cost = watch_child(cmd)
+    if returncode:
+        raise RuntimeError(f"run {run.name} failed (exit {returncode}): {' '.join(cmd)}")
+    return cost
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: ask the kernel to send this process SIGTERM when its parent dies (even by SIGKILL)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def watch_child(cmd: Sequence[str]) -> tuple[int, Cost]:
+    """Run ``cmd`` to its end, sampling its process tree's memory twice a second: ``(exit status, cost)``.
+
+    The child does not outlive the sweep: if this call is left by an exception (Ctrl-C, a SIGTERM turned into
+    one) the child is terminated (killed after 30 s), and on Linux the kernel sends it SIGTERM when this process
+    dies in any way (``PR_SET_PDEATHSIG``), SIGKILL included; a resumed sweep continues the run from its last
+    checkpoint.
+    """
+    import psutil
+
     start, peak = time.perf_counter(), 0.0
-    child = subprocess.Popen(cmd)
-    watched = psutil.Process(child.pid)
-    while child.poll() is None:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [watched, *watched.children(recursive=True)]) / 2**20)
-        except psutil.Error:
-            pass
-        time.sleep(0.5)
-    if child.returncode:
-        raise RuntimeError(f"run {run.name} failed (exit {child.returncode}): {' '.join(cmd)}")
-    return Cost(time.perf_counter() - start, peak)
+    linux = sys.platform.startswith("linux")
+    child = subprocess.Popen(list(cmd), preexec_fn=_die_with_parent if linux else None)
+    try:
+        watched = psutil.Process(child.pid)
+        while child.poll() is None:
+            try:
+                tree = [watched, *watched.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
+            except psutil.Error:
+                pass
+            time.sleep(0.5)
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    return child.returncode, Cost(time.perf_counter() - start, peak)
 
 
 def run_in_process(run: Run) -> Cost:
