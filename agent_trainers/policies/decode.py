@@ -12,9 +12,9 @@ Why not ``model.generate``: with SmolLM2's 49,152-token vocabulary its per-step 
 ``torch.multinomial`` (16 ms for 16 rows on one CPU thread: an exponential draw per vocabulary entry), a
 top-k sort, the log-prob recorder and a ``batch_decode`` of every row's tail, 4.9x the bare forwards with the tiny
 model on CPU. It also applied the model's default ``top_k=50``, which :class:`~.sampling.SamplingParams` never asked
-for: tokens came from the 50 most likely while the recorded log-probs were the full softmax's. Here tokens come from
-the distribution whose log-probs are recorded: ``softmax(logits / temperature)``, cut to the ``top_p`` nucleus when
-``top_p < 1`` (with transformers' ``TopPLogitsWarper``).
+for. Here tokens come from ``softmax(logits / temperature)``, cut to the ``top_k`` most likely and then to the
+``top_p`` nucleus only when asked (with transformers' ``TopKLogitsWarper`` and ``TopPLogitsWarper``); the recorded
+log-probs are always the full softmax's (the policy being trained), as ``model.generate``'s recorder gave them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     StoppingCriteria,
     StoppingCriteriaList,
+    TopKLogitsWarper,
     TopPLogitsWarper,
 )
 
@@ -206,7 +207,8 @@ def decode(
     cached = past.get_seq_length() if past is not None else 0
     past = past if past is not None else DynamicCache(config=model.config)
     temperature = params.temperature if not params.greedy else 1.0
-    top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1 and not params.greedy else None
+    cuts = [] if params.greedy else [TopKLogitsWarper(params.top_k)] if params.top_k else []
+    cuts += [TopPLogitsWarper(params.top_p)] if params.top_p < 1 and not params.greedy else []
     ends = torch.tensor(sorted(end_ids), device=device)
     running = torch.ones(rows, dtype=torch.bool, device=device)
     tokens, logprobs = [], []
@@ -226,10 +228,13 @@ def decode(
         probs = torch.softmax(scaled, dim=-1)
         if params.greedy:
             token = first_argmax(scaled)
-        elif top_p is None:
+        elif not cuts:
             token = sample_from(probs)
-        else:
-            token = sample_from(torch.softmax(top_p(ids, scaled), dim=-1))
+        else:  # transformers' order: top-k, then top-p
+            cut = scaled
+            for warper in cuts:
+                cut = warper(ids, cut)
+            token = sample_from(torch.softmax(cut, dim=-1))
         token = torch.where(running, token, torch.full_like(token, pad_id))
         tokens.append(token)
         logprobs.append(probs.gather(1, token.unsqueeze(1)).squeeze(1).log())
@@ -296,7 +301,7 @@ def decode_with_generate(
         do_sample=sample,
         temperature=params.temperature if sample else None,
         top_p=params.top_p if sample else None,
-        top_k=0,
+        top_k=params.top_k if sample else None,
         eos_token_id=sorted(end_ids),
         pad_token_id=pad_id,
     )

@@ -109,6 +109,8 @@ class OpenAIPolicy:
     def _complete(self, messages: list[dict[str, Any]], params: SamplingParams) -> Generation:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": params.max_new_tokens}
         body |= {"temperature": params.temperature, "top_p": params.top_p}
+        if params.top_k:
+            body["top_k"] = params.top_k  # not in the OpenAI API; llama.cpp and vLLM servers read it
         if params.stop:
             body["stop"] = list(params.stop)[:4]  # the OpenAI API takes at most four
         payload = self._post(body)

@@ -56,6 +56,8 @@ class SamplingParams:
         max_new_tokens: Most tokens to generate (>= 1).
         temperature: Softmax temperature; 0 means greedy.
         top_p: Nucleus mass in (0, 1].
+        top_k: Draw only from the ``top_k`` most likely tokens (0: no cut). The recorded log-probs stay those of
+            the full ``softmax(logits / temperature)``, the policy being trained, as with ``top_p``.
         stop: Strings that end the generation (kept in the output).
 
     Example:
@@ -66,6 +68,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
     stop: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -78,6 +81,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (got {self.temperature})")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0, 0 meaning no cut (got {self.top_k!r})")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop strings must be non-empty strings (got {self.stop!r})")
 

@@ -38,6 +38,8 @@ class RolloutConfig:
     """Sampling temperature; 0 means greedy."""
     top_p: float = 1.0
     """Nucleus sampling mass."""
+    top_k: int = 0
+    """Draw only from the ``top_k`` most likely tokens; 0 (the default) draws from the whole softmax."""
     tool_workers: Annotated[int, Field(le=1024)] = 8
     """Threads that run env steps (tool calls) concurrently (at most 1,024)."""
     tool_timeout_s: float = 30.0
@@ -71,4 +73,10 @@ class RolloutConfig:
     def sampling(self, stop: Sequence[str] = (), max_new_tokens: int | None = None) -> SamplingParams:
         """The :class:`SamplingParams` of a turn (``max_new_tokens`` defaults to the per-turn limit)."""
         limit = self.max_new_tokens_per_turn if max_new_tokens is None else max_new_tokens
-        return SamplingParams(max_new_tokens=limit, temperature=self.temperature, top_p=self.top_p, stop=tuple(stop))
+        return SamplingParams(
+            max_new_tokens=limit,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop=tuple(stop),
+        )

@@ -88,6 +88,7 @@ def grpo_args(
         beta=rl.beta,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
+        top_k=rollout.top_k,
         loss_type=settings.loss_type.value,
         scale_rewards=getattr(settings, "scale_rewards", ScaleRewards.GROUP).value,  # TRL's own (replaced) advantages
         save_strategy="steps",

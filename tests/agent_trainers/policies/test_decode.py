@@ -155,3 +155,24 @@ def test_the_loop_stops_when_every_row_has_ended(one_thread, tiny_model):
     one = run({row0[s]}, pad_id=7)
     assert one[0].tolist() == row0[: s + 1] + [7] * (9 - s)  # row 0 ended at step s + 1 and is fed the pad id
     assert one[1].tolist() == row1
+
+
+@pytest.mark.parametrize("decoder", ["loop", "generate"])
+def test_top_k_draws_only_from_the_k_most_likely_and_records_the_full_softmax(one_thread, tiny_model, decoder):
+    model, tok = tiny_model
+    prompt = chat_ids(tok, "hello")
+    (gen,) = TransformersPolicy(model, tok, seed=0, decoder=decoder).generate(
+        [prompt], SamplingParams(max_new_tokens=12, temperature=1.0, top_k=5)
+    )
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1 : -1]
+    ranks = [int((row > row[t]).sum()) for row, t in zip(logits, gen.token_ids, strict=True)]
+    assert max(ranks) < 5 and len(set(ranks)) > 1, ranks
+    full = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(gen.token_ids).view(-1, 1)).squeeze(1)
+    assert torch.allclose(full, torch.tensor(gen.logprobs), atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True])
+def test_a_bad_top_k_is_refused(bad):
+    with pytest.raises(ValueError, match="top_k must be an int >= 0"):
+        SamplingParams(top_k=bad)
