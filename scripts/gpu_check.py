@@ -81,11 +81,18 @@ class Args:
     """Seed of the weights, the tokenizer's training order, sampling and resets."""
     async_steps: int = 4
     """PPO steps of each of the sync and async rows (0: no async rows; else at least 2)."""
+    decode_batches: str = "16,64"
+    """Batch sizes of the decode rows (the policy's decode loop on left-padded prompts; empty: none)."""
+    decode_tokens: int = 128
+    """Tokens each decode row generates per prompt."""
+    bandwidth_gbs: float = 4800.0
+    """Memory bandwidth (GB/s) for the decode rows' bound: one read of the weights per step (H200: 4,800)."""
 
     def __post_init__(self) -> None:
         if self.tiny:
             self.episodes, self.group, self.turns, self.max_new_tokens = 4, 2, 2, 8
             self.async_steps = min(self.async_steps, 3)
+            self.decode_batches, self.decode_tokens = "4", 8
         if self.async_steps == 1 or self.async_steps < 0:
             raise ValueError(f"--async-steps is 0 (no async rows) or at least 2 (got {self.async_steps})")
         if self.episodes % self.group:
@@ -171,6 +178,54 @@ def rollout_row(args: Args, model: Any, tok: Any, device: torch.device) -> dict[
     longest = max(len(t.prompt_ids) + len(t.completion_ids) for t in trajs)
     note = f"{len(trajs)} episodes, {turns} turns, {tokens} model tokens, longest {longest} tokens"
     return {"row": "rollout", "seconds": wall, "rate": f"{tokens / wall:,.0f} tok/s", "peak": peak.gib(), "note": note}
+
+
+def decode_rows(args: Args, model: Any, tok: Any, device: torch.device) -> list[dict[str, Any]]:
+    """The decode loop at each batch size: tokens/s (sampling at T=1) and the fraction of the bandwidth bound (one
+    read of the weights per step), beside bare ``model(...)`` calls over the same tokens."""
+    from transformers import DynamicCache
+
+    from agent_trainers.policies import SamplingParams, TransformersPolicy
+
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bound_step_s = weight_bytes / (args.bandwidth_gbs * 1e9)
+    gen = torch.Generator().manual_seed(args.seed)
+    rows = []
+    for batch in [int(b) for b in args.decode_batches.split(",") if b]:
+        prompts = [torch.randint(10, len(tok), (256,), generator=gen).tolist() for _ in range(batch)]
+        policy = TransformersPolicy(model, tok, batch_size=batch, seed=args.seed)
+        params = SamplingParams(max_new_tokens=args.decode_tokens, temperature=1.0)
+        policy.generate(prompts, SamplingParams(max_new_tokens=2))  # warm-up
+        _sync(device)
+        start = time.perf_counter()
+        gens = policy.generate(prompts, params)
+        _sync(device)
+        wall = time.perf_counter() - start
+        steps = max(len(g.token_ids) for g in gens)
+        ids = torch.tensor(prompts, device=device)
+        forced = torch.tensor([g.token_ids + [0] * (steps - len(g.token_ids)) for g in gens], device=device)
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            _sync(device)
+            start = time.perf_counter()
+            past = DynamicCache(config=model.config)
+            model(input_ids=ids, past_key_values=past, logits_to_keep=1)
+            for col in range(steps - 1):
+                model(input_ids=forced[:, col : col + 1], past_key_values=past, logits_to_keep=1)
+            _sync(device)
+            bare = time.perf_counter() - start
+        step_s = wall / steps
+        note = (f"{steps} steps, {step_s * 1e3:.1f} ms/step, bound {bound_step_s * 1e3:.2f} ms/step "
+                f"({bound_step_s / step_s:.1%} of it); bare forwards {bare:.2f} s, "
+                f"engine/bare {wall / bare:.2f}x")  # fmt: skip
+        rows.append({"row": f"decode batch {batch}", "seconds": wall, "rate": f"{batch * steps / wall:,.0f} tok/s",
+                     "peak": 0.0, "note": note})  # fmt: skip
+        print(f"[gpu_check] decode batch {batch}: {rows[-1]['rate']}, {note}", flush=True)
+    return rows
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _timed_rollout_func(rows: list[dict[str, Any]], args: Args, **kwargs: Any) -> Any:
@@ -316,6 +371,8 @@ def main(args: Args) -> None:
              f"torch {torch.__version__}")  # fmt: skip
     rows = [rollout_row(args, model, tok, device)]
     print(f"[gpu_check] rollout: {rows[-1]['seconds']:.2f} s, {rows[-1]['rate']}", flush=True)
+    rows.extend(decode_rows(args, model, tok, device))
+    _free(device)
     with tempfile.TemporaryDirectory() as tmp:
         rows.append(grpo_row(args, model, tok, device, Path(tmp)))
         print(f"[gpu_check] grpo step: {rows[-1]['seconds']:.2f} s", flush=True)

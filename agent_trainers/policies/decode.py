@@ -207,7 +207,7 @@ def decode(
     cached = past.get_seq_length() if past is not None else 0
     past = past if past is not None else DynamicCache(config=model.config)
     temperature = params.temperature if not params.greedy else 1.0
-    cuts = [] if params.greedy else [TopKLogitsWarper(params.top_k)] if params.top_k else []
+    cuts: list[LogitsProcessor] = [TopKLogitsWarper(params.top_k)] if params.top_k and not params.greedy else []
     cuts += [TopPLogitsWarper(params.top_p)] if params.top_p < 1 and not params.greedy else []
     ends = torch.tensor(sorted(end_ids), device=device)
     running = torch.ones(rows, dtype=torch.bool, device=device)
