@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
@@ -40,6 +40,10 @@ class RolloutConfig:
     """Nucleus sampling mass."""
     top_k: int = 0
     """Draw only from the ``top_k`` most likely tokens; 0 (the default) draws from the whole softmax."""
+    decoder: Literal["loop", "generate"] = "loop"
+    """How a ``transformers`` model decodes in training rollouts: the policy's own loop, or ``model.generate``
+    (the engine before 2026-12-05: its random numbers, so a recorded sampled run reproduces to the digit; greedy
+    tokens are the same under both)."""
     tool_workers: Annotated[int, Field(le=1024)] = 8
     """Threads that run env steps (tool calls) concurrently (at most 1,024)."""
     tool_timeout_s: float = 30.0

@@ -301,7 +301,12 @@ class EnvRollouts:
         if self.policy_factory is not None:
             return self.policy_factory(model, tokenizer, self.seed + self.calls)
         return TransformersPolicy(
-            model, tokenizer, batch_size=self.batch_size, seed=self.seed + self.calls, bf16=self.bf16
+            model,
+            tokenizer,
+            batch_size=self.batch_size,
+            seed=self.seed + self.calls,
+            bf16=self.bf16,
+            decoder=self.config.decoder,
         )
 
     def play(self, tasks: list[Task], group: int, policy: TokenPolicy, config: RolloutConfig) -> list[Trajectory]:
