@@ -1,12 +1,11 @@
 """The decode loop of :class:`~agent_trainers.policies.TransformersPolicy`: :func:`decode`.
 
 One forward over the uncached prompt tokens, then one ``model(...)`` call per token over a cache with room for
-every token to come; per step, besides the forward: one ``log_softmax`` of the batch's logits (the recorded
-log-probs, and the sampling distribution when ``top_p`` is 1), one uniform number per row (inverse-CDF sampling),
-and a stop-string check that decodes text only for the rows whose new token can end a stop string
-(:class:`StopStrings`). Rows that finished keep their place in the batch (they are fed the pad token, as
-``model.generate`` does), so every row's tokens and log-probs are those it would get alone, up to batching's
-rounding.
+every token to come; per step, besides the forward: one softmax of the batch's logits (the sampling distribution,
+and the recorded log-probs as the log of the drawn token's entry), one uniform number per row (inverse-CDF
+sampling), and a stop-string check that decodes text only for the rows whose new token can end a stop string
+(:class:`StopStrings`). Rows that finished keep their place in the batch and their draw of a uniform number (they
+are fed the pad token, as ``model.generate`` does), so a row that ends never changes another row's tokens.
 
 Why not ``model.generate``: with SmolLM2's 49,152-token vocabulary its per-step cost besides the model was
 ``torch.multinomial`` (16 ms for 16 rows on one CPU thread: an exponential draw per vocabulary entry), a
