@@ -186,6 +186,7 @@ def decode_rows(args: Args, model: Any, tok: Any, device: torch.device) -> list[
     from transformers import DynamicCache
 
     from agent_trainers.policies import SamplingParams, TransformersPolicy
+    from agent_trainers.rollout.async_process import synchronize
 
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bound_step_s = weight_bytes / (args.bandwidth_gbs * 1e9)
@@ -196,22 +197,22 @@ def decode_rows(args: Args, model: Any, tok: Any, device: torch.device) -> list[
         policy = TransformersPolicy(model, tok, batch_size=batch, seed=args.seed)
         params = SamplingParams(max_new_tokens=args.decode_tokens, temperature=1.0)
         policy.generate(prompts, SamplingParams(max_new_tokens=2))  # warm-up
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         gens = policy.generate(prompts, params)
-        _sync(device)
+        synchronize(device)
         wall = time.perf_counter() - start
         steps = max(len(g.token_ids) for g in gens)
         ids = torch.tensor(prompts, device=device)
         forced = torch.tensor([g.token_ids + [0] * (steps - len(g.token_ids)) for g in gens], device=device)
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            _sync(device)
+            synchronize(device)
             start = time.perf_counter()
             past = DynamicCache(config=model.config)
             model(input_ids=ids, past_key_values=past, logits_to_keep=1)
             for col in range(steps - 1):
                 model(input_ids=forced[:, col : col + 1], past_key_values=past, logits_to_keep=1)
-            _sync(device)
+            synchronize(device)
             bare = time.perf_counter() - start
         step_s = wall / steps
         note = (f"{steps} steps, {step_s * 1e3:.1f} ms/step, bound {bound_step_s * 1e3:.2f} ms/step "
@@ -221,11 +222,6 @@ def decode_rows(args: Args, model: Any, tok: Any, device: torch.device) -> list[
                      "peak": 0.0, "note": note})  # fmt: skip
         print(f"[gpu_check] decode batch {batch}: {rows[-1]['rate']}, {note}", flush=True)
     return rows
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _timed_rollout_func(rows: list[dict[str, Any]], args: Args, **kwargs: Any) -> Any:

@@ -34,9 +34,10 @@ from transformers import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+from transformers.cache_utils import DynamicLayer
 
 from agent_trainers.policies.kv_cache import GrowingLayer, layer_kv
-from agent_trainers.policies.sampling import SamplingParams, stop_window
+from agent_trainers.policies.sampling import SamplingParams, cut_at_stop, stop_window
 
 __all__ = ["DECODERS", "StopStrings", "decode", "decode_with_generate", "first_argmax", "sample_from"]
 
@@ -73,18 +74,7 @@ class StopStrings:
     def cut(self, ids: Sequence[int], end_ids: set[int]) -> tuple[int, bool]:
         """:func:`~agent_trainers.policies.sampling.cut_at_stop` of ``ids``, decoding only at tokens that can end a
         stop string: ``(length, stopped)``."""
-        for t, tok in enumerate(ids):
-            if tok in end_ids:
-                return t + 1, True
-            if tok >= len(self._can_end) or self._can_end[tok]:
-                tail = self.tokenizer.decode(
-                    list(ids[max(0, t + 1 - self.window) : t + 1]),
-                    skip_special_tokens=False,
-                    clean_up_tokenization_spaces=False,
-                )
-                if any(s in tail for s in self.stop):
-                    return t + 1, True
-        return len(ids), False
+        return cut_at_stop(ids, self.tokenizer, self.stop, end_ids, can_end=self._can_end)
 
     def __call__(self, generated: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Of ``rows`` (bool, one per row: still running), those whose text now holds a stop string.
@@ -154,7 +144,7 @@ def first_argmax(x: torch.Tensor) -> torch.Tensor:
 def _with_room(cache: DynamicCache, room: int) -> DynamicCache:
     """``cache``'s full-attention layers moved into buffers with ``room`` more positions (decode steps then write in
     place instead of copying the cache); a cache of another kind is returned as it is."""
-    if not all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+    if not all(type(layer) is DynamicLayer for layer in cache.layers):
         return cache
     layers: list[Any] = []
     for layer in cache.layers:
@@ -194,10 +184,10 @@ def decode(
         stop: Stop strings that end a row (the token completing one is kept).
 
     Returns:
-        ``(tokens, logprobs, cache)``: ``(rows, steps)`` tensors of the tokens drawn and ``log_softmax(logits / T)``
-        of each (``T = 1`` when greedy; after a row ends it holds ``pad_id`` and that token's log-prob; ``steps`` is
-        where the last row ended, at most ``max_new_tokens``), and the cache holding the rows' prompts and every
-        token fed (``past`` itself when given).
+        ``(tokens, logprobs, cache)``: ``(rows, steps)`` tensors of the tokens drawn and the log of each one's entry
+        in ``softmax(logits / T)`` (``T = 1`` when greedy; after a row ends it holds ``pad_id`` and that token's
+        log-prob; ``steps`` is where the last row ended, at most ``max_new_tokens``), and the cache holding the
+        rows' prompts and every token fed (``past`` itself when given).
     """
     rows, width = ids.shape
     device = ids.device
@@ -292,8 +282,8 @@ def decode_with_generate(
     """What :func:`decode` does, through ``model.generate`` (``TransformersPolicy(decoder="generate")``): for a
     model whose forward the loop does not fit, and as the reference the exactness tests and
     ``benchmarks/rollout.py`` compare the loop with. Greedy tokens are the loop's; sampled ones come from the same
-    distribution (``top_k=0``: the model's default top-k of 50 is not applied) through ``torch.multinomial``'s
-    random numbers, so they differ from the loop's for one seed."""
+    distribution (``params.top_k`` is passed, so the model's default top-k of 50 is never applied unasked) through
+    ``torch.multinomial``'s random numbers, so they differ from the loop's for one seed."""
     sample = not params.greedy
     config = GenerationConfig(
         max_new_tokens=params.max_new_tokens,

@@ -197,19 +197,26 @@ def stop_window(stop: Sequence[str]) -> int:
 
 
 def cut_at_stop(
-    ids: Sequence[int], tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], end_ids: set[int]
+    ids: Sequence[int],
+    tokenizer: PreTrainedTokenizerBase,
+    stop: Sequence[str],
+    end_ids: set[int],
+    can_end: Sequence[bool] | None = None,
 ) -> tuple[int, bool]:
     """Where a generation ends: ``(length, stopped)``.
 
     ``length`` is one past the first EOS id, or one past the token whose decoding
     first makes the text contain a stop string; ``stopped`` tells whether either
     happened (else the whole sequence is kept and it ran out of length).
+    ``can_end`` (by token id; :class:`~agent_trainers.policies.decode.StopStrings`)
+    marks the tokens that can complete a stop string: text is decoded only at those
+    (and at ids past its end), with the same result.
     """
     window = stop_window(stop)
     for t, tok in enumerate(ids):
         if tok in end_ids:
             return t + 1, True
-        if stop:
+        if stop and (can_end is None or tok >= len(can_end) or can_end[tok]):
             tail = tokenizer.decode(
                 list(ids[max(0, t + 1 - window) : t + 1]), skip_special_tokens=False, clean_up_tokenization_spaces=False
             )

@@ -18,18 +18,11 @@ if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=2)
 
 
-def test_the_final_evaluation_of_an_sft_only_run_is_the_after_sft_one(tmp_path, monkeypatch):
-    calls = []
-    real = stages.RunState.evaluate
-
-    def counted(self, phase, step, model=None):
-        calls.append(phase)
-        return real(self, phase, step, model)
-
-    monkeypatch.setattr(stages.RunState, "evaluate", counted)
-    config = config_from_dict(
+def sft_only(out):
+    """An SFT-only run of the tiny model into ``out``: 2 oracle episodes, 2 held-aside tasks, no eval before."""
+    return config_from_dict(
         {
-            "output_dir": str(tmp_path / "run"),
+            "output_dir": str(out),
             "device": "cpu",
             "model": {"name": "tiny-random"},
             "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
@@ -39,7 +32,18 @@ def test_the_final_evaluation_of_an_sft_only_run_is_the_after_sft_one(tmp_path, 
             "eval": {"tasks": 2, "before": False},
         }
     )
-    result = run_training(config)
+
+
+def test_the_final_evaluation_of_an_sft_only_run_is_the_after_sft_one(tmp_path, monkeypatch):
+    calls = []
+    real = stages.RunState.evaluate
+
+    def counted(self, phase, step, model=None):
+        calls.append(phase)
+        return real(self, phase, step, model)
+
+    monkeypatch.setattr(stages.RunState, "evaluate", counted)
+    result = run_training(sft_only(tmp_path / "run"))
     assert calls == ["after_sft"]  # evaluated once
     assert [p for p, _ in result.evals] == ["after_sft", "final"]
     run = tmp_path / "run"
@@ -59,16 +63,6 @@ def test_a_resume_redoes_the_after_sft_evaluation_a_kill_cut(tmp_path, monkeypat
     """Killed while evaluating the SFT model (SFT's DONE already written): the resumed run reloads SFT and evaluates
     it again, so ``eval/after_sft`` gets its summary (a sweep's report reads it); a finished one is not redone."""
     out = tmp_path / "run"
-    settings = {
-        "output_dir": str(out),
-        "device": "cpu",
-        "model": {"name": "tiny-random"},
-        "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
-        "rollout": {"max_new_tokens_per_turn": 4, "max_total_tokens": 512},
-        "sft": {"episodes": 2, "batch_size": 2, "learning_rate": 1e-3},
-        "rl": {"enabled": False},
-        "eval": {"tasks": 2, "before": False},
-    }
     real = stages.evaluate_model
 
     def cut_after_one_record(config, model, tokenizer, folder, *, phase, **kwargs):
@@ -78,7 +72,7 @@ def test_a_resume_redoes_the_after_sft_evaluation_a_kill_cut(tmp_path, monkeypat
 
     monkeypatch.setattr(stages, "evaluate_model", cut_after_one_record)
     with pytest.raises(Cut, match="after_sft"):
-        run_training(config_from_dict(settings))
+        run_training(sft_only(out))
     assert (out / "sft" / "DONE").is_file() and not (out / "eval" / "after_sft" / "summary.json").exists()
 
     calls = []
@@ -88,13 +82,13 @@ def test_a_resume_redoes_the_after_sft_evaluation_a_kill_cut(tmp_path, monkeypat
         return real(*args, phase=phase, **kwargs)
 
     monkeypatch.setattr(stages, "evaluate_model", counted)
-    result = run_training(config_from_dict(settings), resume=True)
+    result = run_training(sft_only(out), resume=True)
     assert calls == ["after_sft"]  # SFT reloaded, not retrained; its evaluation redone; the final one copied
     assert [p for p, _ in result.evals] == ["after_sft", "final"]
     summary = json.loads((out / "eval" / "after_sft" / "summary.json").read_text())
     assert summary["episodes"] == 2
 
     calls.clear()  # a third call on the finished run: SFT's evaluation is on disk and is not redone (eval_final
-    result = run_training(config_from_dict(settings), resume=True)  # always runs: it has no after_sft to copy)
+    result = run_training(sft_only(out), resume=True)  # always runs: it has no after_sft to copy)
     assert calls == ["final"]
     assert [p for p, _ in result.evals] == ["final"]
