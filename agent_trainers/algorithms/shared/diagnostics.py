@@ -22,9 +22,11 @@ rollout/turns               model turns per episode
 rollout/evidence            share of the gold evidence found (tasks that have some)
 rollout/format_errors       share of model turns the env refused as malformed
 kl                          KL to the reference policy (only with one: ``rl.beta > 0``)
-entropy                     mean entropy of the policy on the trained tokens
+entropy                     mean entropy of the policy on the trained tokens (TRL trainers: of the micro-batches
+                            the model ran on; absent when every one was idle)
 grad_norm                   gradient norm before clipping
 update/skipped              1 when the step's update was dropped: no advantage was non-zero (TRL trainers)
+update/idle_micro_batches   micro-batches the model did not run on: their gradient was exactly 0 (TRL trainers)
 clip                        share of tokens whose ratio was clipped
 tokens/total                prompt + completion tokens of the step
 step_time                   seconds of the step (rollouts and update)
@@ -128,6 +130,7 @@ DIAGNOSTICS: tuple[Diagnostic, ...] = (
     _row("entropy", "entropy", 3, "ppo/entropy"),
     _row("grad_norm", "|grad|", 2),
     _row("update/skipped", "skipped", 0),
+    _optional("update/idle_micro_batches", "idle mb", 0),
     _row("clip", "clip", 3, "clip_ratio/region_mean", "ppo/clipfrac"),
     _row("tokens/total", "tokens", 0),
     _row("step_time", "s", 1),

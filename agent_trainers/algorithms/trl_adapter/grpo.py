@@ -29,6 +29,14 @@ backward pass, so Adam skips every parameter (left in, Adam's first moment would
 the learning rate); ``update/skipped`` logs it. It reads only the gradients, which gradient accumulation and DDP
 have made whole by then (the same on every process).
 
+An idle micro-batch - every advantage in it exactly 0, and no loss term that does not go through the advantages
+(no KL term in the loss, no entropy bonus, no auxiliary loss) - has a gradient of exactly 0, so in one process
+``compute_loss`` does not run the model on it: the weights after the step are bit-identical, and a step whose
+micro-batches are all idle costs no forward or backward pass at all (rejection sampling keeps few episodes, and a
+tied group is such a micro-batch when it is one). ``update/idle_micro_batches`` counts them per step; TRL's
+``entropy`` and ``clip_ratio`` are then over the micro-batches that ran (absent when none did). Several processes
+run every micro-batch (a backward pass one process left out would stall DDP's gradient exchange).
+
 KL: for ``grpo`` and ``gigpo``, ``rl.beta`` is TRL's KL term in the loss; TRL builds the reference from a snapshot
 of the policy as the stage starts (:mod:`~agent_trainers.algorithms.shared.reference`). For the REINFORCE family,
 ``beta`` goes into the reward instead: TRL gets ``beta = 0`` and this trainer scores the batch with the frozen
@@ -137,6 +145,10 @@ class AgentGRPOTrainer(GRPOTrainer):
     rollout_func: EnvRolloutFunc
     num_generations: int
 
+    skip_idle_micro_batches: bool = True
+    """Do not run the model on a micro-batch whose gradient is exactly 0 (the module docstring); False runs every
+    micro-batch (the same weights, a slower step)."""
+
     def __init__(
         self,
         model: Any,
@@ -183,6 +195,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             self.kl_reference = self.accelerator.prepare_model(reference, evaluation_mode=True)
         self.add_callback(RolloutStateCallback(self.rollout_func))
         self.tasks_in_generation: list[Task] | None = None
+        self._window = _Window()
 
     def upcoming_tasks(self, tasks: list[Task], count: int) -> list[list[Task]]:
         """The tasks of the (at most ``count``) steps after the current one (:attr:`task_schedule`), when the current
@@ -196,7 +209,13 @@ class AgentGRPOTrainer(GRPOTrainer):
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
-        """TRL's loss, scored by the micro-batch's own policy view (:class:`MicroBatchPolicy`)."""
+        """TRL's loss, scored by the micro-batch's own policy view (:class:`MicroBatchPolicy`); 0 without running the
+        model for an idle micro-batch (the module docstring)."""
+        if self.model.training:
+            self._window.micro_batches += 1
+            if self._idle(inputs):
+                self._window.idle += 1
+                return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         inputs = dict(inputs)  # a stale micro-batch's weighted advantages stay in this copy
         mode = "train" if self.model.training else "eval"
         policy = MicroBatchPolicy(
@@ -216,14 +235,32 @@ class AgentGRPOTrainer(GRPOTrainer):
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self.model.training and self.accelerator.sync_gradients:
             self._drop_signal_free_update()
+            self._metrics["train"]["update/idle_micro_batches"].append(float(self._window.idle))
+            self._window = _Window()
         return loss
+
+    def _idle(self, inputs: dict[str, Any]) -> bool:
+        """Whether this micro-batch's gradient is exactly 0 and this process may leave it out (the module
+        docstring): every advantage 0 and no loss term outside them, in one process without DeepSpeed or FSDP."""
+        return bool(
+            self.skip_idle_micro_batches
+            and self.accelerator.num_processes == 1
+            and not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
+            and not self.beta
+            and not self.aux_loss_enabled
+            and not (self.args.entropy_coef or self.args.use_adaptive_entropy)
+            and not inputs["advantages"].any()
+        )
 
     def _drop_signal_free_update(self) -> None:
         """Set every gradient to None when the loss has no KL term and every gradient is exactly 0 (all advantages
-        0: every group tied), so Adam skips every parameter; log ``update/skipped`` (1 dropped, 0 taken). Nothing is
-        logged where the gradients cannot be seen (DeepSpeed keeps its own)."""
+        0: every group tied), so Adam skips every parameter; log ``update/skipped`` (1 dropped, 0 taken). No
+        gradient at all is a dropped update when every micro-batch was idle; otherwise nothing is logged where the
+        gradients cannot be seen (DeepSpeed keeps its own)."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if not grads:
+            if self._window.micro_batches and self._window.idle == self._window.micro_batches:
+                self._metrics["train"]["update/skipped"].append(1.0)
             return
         skip = not self.beta and not any(bool(g.any()) for g in grads)
         if skip:
@@ -285,6 +322,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         tokens = batch.model_mask.sum().clamp(min=1)
         self._metrics["train"]["kl_reward/mean"].append(float(kl.sum() / tokens))
         return kl
+
+
+class _Window:
+    """The micro-batches of the optimizer step under way: how many ran through ``compute_loss``, how many idle."""
+
+    def __init__(self) -> None:
+        self.micro_batches = 0
+        self.idle = 0
 
 
 def _in_step_order(dataset: Any, args: Any) -> tuple[Any, list[list[Task]]]:

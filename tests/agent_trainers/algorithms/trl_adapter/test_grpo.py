@@ -82,6 +82,7 @@ def make_trainer(
     env_kwargs=None,
     steps=1,
     step_samples=False,
+    args_overrides=None,
     **section,
 ):
     model, tok = tiny_random_model()
@@ -93,10 +94,10 @@ def make_trainer(
         policy_factory=factory,
         loss_mask=loss_mask,
     )
-    args = make_grpo_config(
-        device="cpu", output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4, num_generations=2,
-        learning_rate=1e-2, max_completion_length=1024, seed=0, beta=beta,
-    )  # fmt: skip
+    args = make_grpo_config(**{
+        "device": "cpu", "output_dir": str(tmp_path), "max_steps": steps, "per_device_train_batch_size": 4,
+        "num_generations": 2, "learning_rate": 1e-2, "max_completion_length": 1024, "seed": 0, "beta": beta,
+    } | (args_overrides or {}))  # fmt: skip
     return AgentGRPOTrainer(
         model=model, reward_funcs=[env_reward], args=args, processing_class=tok, train_dataset=Dataset.from_list(rows),
         rollout_func=fn, algorithm=algorithm, step_samples=step_samples,
@@ -406,10 +407,68 @@ def test_a_step_where_every_group_ties_moves_no_weight(tmp_path, one_thread):
     first, second = (r for r in trainer.state.log_history if "update/skipped" in r)
     assert (first["update/skipped"], second["update/skipped"]) == (0.0, 1.0)
     assert first["groups/tied"] == 0.0 and second["groups/tied"] == 1.0
+    assert (first["update/idle_micro_batches"], second["update/idle_micro_batches"]) == (0.0, 1.0)
     moved = sum(not torch.equal(a, b) for a, b in zip(before, snap.after_first, strict=True))
     assert moved > 0  # the first step updated
     after = list(trainer.model.parameters())
     assert all(torch.equal(a, b.detach()) for a, b in zip(snap.after_first, after, strict=True))
+    assert "entropy" in first and "entropy" not in second  # the model never ran on step 2's batch
+
+
+class RightOnFirstRowOnly(ScriptedLookup):
+    """Answers right on the first row of each generation call only (one episode of a step's four is kept)."""
+
+    def answers_right(self, row):
+        return row == 0
+
+
+def grad_forwards(model):
+    """A list that grows by one at each forward pass through ``model``'s embeddings that builds a graph (training,
+    not rollouts; the loss's scoring calls the body, not the model)."""
+    calls = []
+
+    def count(module, args, out):
+        if torch.is_grad_enabled():
+            calls.append(1)
+
+    model.get_input_embeddings().register_forward_hook(count)
+    return calls
+
+
+def test_an_idle_micro_batch_skips_the_model_and_the_weights_are_bit_identical(tmp_path, one_thread):
+    """RFT keeps one episode of four; micro-batches of 2 rows (2 accumulated a step): the one without the kept
+    episode has every advantage 0, so the model does not run on it, and after 3 steps every weight equals, bit for
+    bit, the weights of the same run that scores every micro-batch."""
+    runs = {}
+    for skip in (True, False):
+        trainer = make_trainer(
+            tmp_path / str(skip), "rft", factory=lambda m, t, s: RightOnFirstRowOnly(t), steps=3, threshold=0.5,
+            args_overrides={"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2},
+        )  # fmt: skip
+        trainer.skip_idle_micro_batches = skip
+        calls = grad_forwards(trainer.model)
+        trainer.train()
+        logged = [r for r in trainer.state.log_history if "update/skipped" in r]
+        runs[skip] = ([p.detach().clone() for p in trainer.model.parameters()], len(calls), logged)
+    (weights, forwards, logged), (weights_all, forwards_all, logged_all) = runs[True], runs[False]
+    assert [r["update/idle_micro_batches"] for r in logged] == [1.0, 1.0, 1.0]
+    assert [r["update/idle_micro_batches"] for r in logged_all] == [0.0, 0.0, 0.0]
+    assert [r["update/skipped"] for r in logged] == [0.0, 0.0, 0.0]
+    assert forwards_all == 2 * forwards > 0  # half the micro-batches ran
+    assert all(torch.equal(a, b) for a, b in zip(weights, weights_all, strict=True))
+
+
+def test_no_micro_batch_is_left_out_where_the_loss_has_a_kl_term(tmp_path, one_thread):
+    """With TRL's KL term in the loss a zero-advantage micro-batch still has a gradient: it runs."""
+    TiesAfterFirstStep.tie = True
+    try:
+        trainer = make_trainer(tmp_path, "grpo", "turn", lambda m, t, s: TiesAfterFirstStep(t), beta=0.1)
+        calls = grad_forwards(trainer.model)
+        trainer.train()
+    finally:
+        TiesAfterFirstStep.tie = False
+    (logged,) = (r for r in trainer.state.log_history if "update/skipped" in r)
+    assert logged["groups/tied"] == 1.0 and logged["update/idle_micro_batches"] == 0.0 and len(calls) > 0
 
 
 @pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
