@@ -32,10 +32,11 @@ have made whole by then (the same on every process).
 An idle micro-batch - every advantage in it exactly 0, and no loss term that does not go through the advantages
 (no KL term in the loss, no entropy bonus, no auxiliary loss) - has a gradient of exactly 0, so in one process
 ``compute_loss`` does not run the model on it: the weights after the step are bit-identical, and a step whose
-micro-batches are all idle costs no forward or backward pass at all (rejection sampling keeps few episodes, and a
-tied group is such a micro-batch when it is one). ``update/idle_micro_batches`` counts them per step; TRL's
-``entropy`` and ``clip_ratio`` are then over the micro-batches that ran (absent when none did). Several processes
-run every micro-batch (a backward pass one process left out would stall DDP's gradient exchange).
+micro-batches are all idle costs no forward or backward pass at all (rejection sampling keeps few episodes; TRL
+shuffles a step's rollouts before splitting them, so a tied group makes a micro-batch idle only by chance).
+``update/idle_micro_batches`` counts them per step; TRL's ``entropy`` and ``clip_ratio`` are then over the
+micro-batches that ran (absent when none did). Several processes run every micro-batch (a backward pass one process
+left out would stall DDP's gradient exchange).
 
 KL: for ``grpo`` and ``gigpo``, ``rl.beta`` is TRL's KL term in the loss; TRL builds the reference from a snapshot
 of the policy as the stage starts (:mod:`~agent_trainers.algorithms.shared.reference`). For the REINFORCE family,
