@@ -7,6 +7,10 @@
 * :func:`test_set_table` - the same on the test set, from the evaluations the protocol made (never otherwise);
 * :func:`change_lines` - one plain line per RL run: what it changed against its start, the metrics whose
   paired interval excludes 0;
+* :func:`arms_table` - RL arms that start from the same arm against each other (e.g. the reward presets, RL and
+  rejection sampling), paired over tasks and seeds;
+* :func:`speed_table` - per RL run, the first dev-curve step whose metric reaches its start's + a margin (the
+  paper's "process rewards learn faster" read as RL steps);
 * :func:`draw_curves` - the dev metric against the RL step, a line per run (95% band), the start level dashed.
 """
 
@@ -25,7 +29,8 @@ from agent_trainers.evaluation.stats import bootstrap_mean, paired_over_seeds
 from agent_trainers.experiments.plan import Run
 from agent_trainers.experiments.protocol import ProtocolError
 
-__all__ = ["change_lines", "dev_eval_folder", "dev_table", "draw_curves", "test_set_table"]
+__all__ = ["arms_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table", "draw_curves", "speed_table",
+           "test_set_table"]  # fmt: skip
 
 
 def _values(run: EvalRun, metric: str) -> dict[str, float]:
@@ -162,6 +167,68 @@ def change_lines(runs: Sequence[Run], metric: str, folder_of: Any) -> list[str]:
     return out
 
 
+def arms_table(runs: Sequence[Run], metric: str, folder_of: Any, where: str) -> str:
+    """Each pair of RL arms that start from the same arm, ``A - B`` paired over tasks and over the seeds both ran
+    (``folder_of(run)``: its evaluation on this set); empty when no two arms share a start."""
+
+    def values(run: Run) -> dict[str, float]:
+        return _values(load_run(folder_of(run)), metric)
+
+    rl = {(r.arm.name, r.seed): r for r in runs if r.start is not None}
+    starts: dict[str, list[str]] = {}  # start arm -> the RL arms from it, in the sweep's order
+    for r in rl.values():
+        arms = starts.setdefault(r.start.arm.name if r.start else "", [])
+        arms.extend([] if r.arm.name in arms else [r.arm.name])
+    lines = []
+    for start, arms in starts.items():
+        for i, a in enumerate(arms):
+            for b in arms[i + 1 :]:
+                seeds = sorted(s for (arm, s) in rl if arm == a and (b, s) in rl)
+                pairs = [(values(rl[a, s]), values(rl[b, s])) for s in seeds]
+                if not pairs:
+                    continue
+                c = paired_over_seeds(pairs, metric)
+                means = f"{c.a_mean:.3f} − {c.b_mean:.3f}"
+                diff = c.difference.format(3, signed=True)
+                lines.append(f"| {a} − {b} | {start} | {', '.join(map(str, seeds))} | {means} | {diff} | "
+                             f"{c.wins} / {c.losses} |")  # fmt: skip
+    if not lines:
+        return ""
+    head = [f"Arms against each other ({where}; paired over tasks and seeds, both resampled):", "",
+            f"| A − B | from | seeds | {metric} A − B | paired Δ [95% CI] | wins / losses |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    return "\n".join(head + lines) + "\n"
+
+
+def dev_curve(run: Run, metric: str) -> list[tuple[int, float, float, float]]:
+    """The dev evaluations a run logged after RL steps, as ``(step, mean, low, high)`` in step order."""
+    path = run.folder / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()] if path.is_file() else []
+    evals = [r for r in rows if r.get("stage") == "eval" and metric in r and f"{metric}_low" in r and r["step"] > 0]
+    return sorted({r["step"]: (r["step"], r[metric], r[f"{metric}_low"], r[f"{metric}_high"]) for r in evals}.values())
+
+
+def speed_table(runs: Sequence[Run], metric: str, margin: float = 0.02) -> str:
+    """Per RL run, the first dev-curve step whose mean reaches the start's dev mean + ``margin`` ("not in N"
+    when none of its N steps did), and per arm the seeds' steps; empty without RL runs."""
+    rl = [r for r in runs if r.start is not None]
+    if not rl:
+        return ""
+    lines = [f"RL steps to reach the start's dev {metric} + {margin:g} (first point of the dev curve):", "",
+             f"| arm | seed | start dev {metric} | curve (step: dev {metric}) | steps to reach |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for run in rl:
+        assert run.start is not None  # for mypy: filtered above
+        start = statistics.mean(_values(load_run(dev_eval_folder(run.start)), metric).values())
+        curve = dev_curve(run, metric)
+        reached = next((step for step, mean, _, _ in curve if mean >= start + margin - 1e-12), None)
+        last = curve[-1][0] if curve else 0
+        cell = str(reached) if reached is not None else f"not in {last}"
+        points = ", ".join(f"{step}: {mean:.3f}" for step, mean, _, _ in curve) or "—"
+        lines.append(f"| {run.arm.name} | {run.seed} | {start:.3f} | {points} | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
 def draw_curves(runs: Sequence[Run], metric: str, path: Path, title: str) -> Path | None:
     """The dev metric against the RL step for every RL run (95% band), each start level dashed."""
     import matplotlib
@@ -175,9 +242,7 @@ def draw_curves(runs: Sequence[Run], metric: str, path: Path, title: str) -> Pat
         if run.start is None:
             continue
         level = bootstrap_mean(list(_values(load_run(dev_eval_folder(run.start)), metric).values()))
-        rows = [json.loads(x) for x in (run.folder / "metrics.jsonl").read_text().split("\n") if x.strip()]
-        evals = [r for r in rows if r.get("stage") == "eval" and metric in r and f"{metric}_low" in r and r["step"] > 0]
-        points = sorted((r["step"], r[metric], r[f"{metric}_low"], r[f"{metric}_high"]) for r in evals)
+        points = dev_curve(run, metric)
         if not points:
             continue
         steps, means, lows, highs = zip(*points, strict=True)

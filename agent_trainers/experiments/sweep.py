@@ -73,7 +73,13 @@ def run_sweep(
     parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "
              f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (choices {frozen['choices']}).", "",
              "## Dev (every choice is made here)", "", report.dev_table(runs, spec.metric, costs, steps)]  # fmt: skip
-    parts += report.change_lines(runs, spec.metric, lambda r: report.dev_eval_folder(r, steps[r.name][0]))
+
+    def dev_folder(run: Run) -> Path:
+        return report.dev_eval_folder(run, steps[run.name][0])
+
+    parts += report.change_lines(runs, spec.metric, dev_folder)
+    for part in (report.arms_table(runs, spec.metric, dev_folder, "dev"), report.speed_table(runs, spec.metric)):
+        parts += ["", part] if part else []
     if spec.test is not None and dev_only:
         parts += ["", "## Test", "", "Not evaluated yet (`--dev-only`): the test set is untouched."]
     elif spec.test is not None:
@@ -82,6 +88,8 @@ def run_sweep(
         parts += ["", "## Test (evaluated once, after the choices were frozen)", "",
                   report.test_set_table(runs, spec.metric, costs, steps, folders)]  # fmt: skip
         parts += report.change_lines(runs, spec.metric, lambda r: folders[r.name])
+        arms = report.arms_table(runs, spec.metric, lambda r: folders[r.name], "test")
+        parts += ["", arms] if arms else []
     text = "\n".join(parts) + "\n"
     write_atomic(folder / "report.md", text)
     curves = report.draw_curves(runs, spec.metric, folder / "curves.png", f"{name}: dev {spec.metric}")

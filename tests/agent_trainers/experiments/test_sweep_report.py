@@ -58,6 +58,54 @@ def test_the_dev_table_rows_and_the_mean_over_seeds(tmp_path):
     assert "| grpo | 0.500 (0.500, 0.500) | +0.375 [" in text and "| 3 / 0 |" in text  # 3 wins of 8 pairs
 
 
+def _placed(tmp_path, arms, seeds, ems):
+    """The planned runs of a sweep with these arms and seeds, each run's dev evaluation holding ``ems[name]``."""
+    spec = SweepSpec.model_validate(
+        {"recipe": "tiny", "seeds": seeds, "dev": {"env_kwargs": {}, "tasks": 4}, "arms": arms}
+    )
+    runs = plan_runs(spec, tmp_path)
+    for run in runs:
+        if run.name in ems:
+            target = report.dev_eval_folder(run)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            folder(tmp_path, run.name.replace("/", "_"), "calc", ems[run.name]).rename(target)
+    return runs
+
+
+def test_arms_from_one_start_are_paired_against_each_other_over_tasks_and_seeds(tmp_path):
+    arms = [{"name": "sft", "stage": "sft"}, {"name": "process", "start": "sft"}, {"name": "outcome", "start": "sft"}]
+    ems = {"process/seed0": [1, 1, 0, 0], "outcome/seed0": [1, 0, 0, 0],  # process wins q1
+           "process/seed1": [0, 1, 0, 0], "outcome/seed1": [0, 1, 0, 0]}  # fmt: skip
+    runs = _placed(tmp_path, arms, [0, 1], ems)
+    text = report.arms_table(runs, "em", report.dev_eval_folder, "dev")
+    row = next(line for line in text.splitlines() if line.startswith("| process − outcome"))
+    # 8 (seed, question) pairs, one win: Δ 1/8; means 3/8 and 2/8
+    assert row.startswith("| process − outcome | sft | 0, 1 | 0.375 − 0.250 | +0.125 [") and row.endswith("| 1 / 0 |")
+    one_arm = [r for r in runs if r.arm.name != "outcome"]
+    assert report.arms_table(one_arm, "em", report.dev_eval_folder, "dev") == ""
+
+
+def test_steps_to_reach_the_start_plus_a_margin_read_the_dev_curve(tmp_path):
+    import json
+
+    arms = [{"name": "sft", "stage": "sft"}, {"name": "fast", "start": "sft"}, {"name": "flat", "start": "sft"}]
+    runs = _placed(tmp_path, arms, [0], {"sft/seed0": [1, 0, 0, 0]})  # start: 0.25, so the bar is 0.27
+    curves = {"fast": [(2, 0.26), (4, 0.30), (4, 0.30)], "flat": [(2, 0.25), (4, 0.2)]}  # step 4 twice: final
+    for run in runs[1:]:
+        rows = [
+            {"stage": "eval", "step": k, "em": v, "em_low": v - 0.1, "em_high": v + 0.1}
+            for k, v in curves[run.arm.name]
+        ]
+        rows.append({"stage": "rl", "step": 1, "em": 9.0})  # not an evaluation
+        run.folder.mkdir(parents=True, exist_ok=True)
+        (run.folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert report.dev_curve(runs[1], "em") == [(2, 0.26, 0.26 - 0.1, 0.26 + 0.1), (4, 0.30, 0.30 - 0.1, 0.30 + 0.1)]
+    lines = report.speed_table(runs, "em").splitlines()
+    assert "| fast | 0 | 0.250 | 2: 0.260, 4: 0.300 | 4 |" in lines
+    assert "| flat | 0 | 0.250 | 2: 0.250, 4: 0.200 | not in 4 |" in lines
+    assert report.speed_table(runs[:1], "em") == ""
+
+
 def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread):
     spec = SweepSpec.model_validate({
         "recipe": "tiny", "set": {"sft.episodes": 2, "rl.steps": 2, "eval.every": 1, "rl.save_steps": 1},
@@ -72,6 +120,7 @@ def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread
     said.clear()
     first = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)
     assert "## Dev (every choice is made here)" in first.report and "## Test (evaluated once" in first.report
+    assert "RL steps to reach the start's dev f1 + 0.02" in first.report and "| grpo | 0 |" in first.report
     assert (tmp_path / "test" / "grpo" / "seed0" / "summary.json").is_file()
     assert any("test 2/2: grpo/seed0" in line for line in said)
     assert all("skipped" in line for line in said if "[sweep] run" in line)  # trained once, by the dev-only run
