@@ -209,8 +209,8 @@ def dev_curve(run: Run, metric: str) -> list[tuple[int, float, float, float]]:
 
 
 def speed_table(runs: Sequence[Run], metric: str, margin: float = 0.02) -> str:
-    """Per RL run, the first dev-curve step whose mean reaches the start's dev mean + ``margin`` ("not in N"
-    when none of its N steps did), and per arm the seeds' steps; empty without RL runs."""
+    """Per RL run, its dev curve and the first step whose mean reaches the start's dev mean + ``margin`` ("not in
+    N" when no point up to step N did); empty without RL runs."""
     rl = [r for r in runs if r.start is not None]
     if not rl:
         return ""
