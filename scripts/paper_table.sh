@@ -10,19 +10,27 @@
 #
 #   bash scripts/paper_table.sh                      # everything (CPU-heavy: hours on 2 shared cores)
 #   METHODS="closed-book naive-rag" LIMIT=20 bash scripts/paper_table.sh
-# Environment: AGENT_R1_SHARED_DATA (default ../shared/data), AGENT (default runs/demo/final),
-# OUT (default runs/paper_table), LIMIT (default 100), METHODS (default all four), THREADS (torch threads,
-# default 1; auto takes the cores idle at start).
+#   SETTINGS_FROM=runs/hotpotqa-sweep/seed0/grpo bash scripts/paper_table.sh   # another agent, its own settings
+# Environment: AGENT_R1_SHARED_DATA (default ../shared/data), AGENT (default runs/demo/final, or
+# $SETTINGS_FROM/final), OUT (default runs/paper_table), LIMIT (default 100), METHODS (default all four), THREADS
+# (torch threads, default 1; auto takes the cores idle at start), SETTINGS_FROM (a training run's folder: every
+# method is evaluated with that run's env kwargs and rollout limits, `agent-r1 eval --settings-from`, instead of
+# the main job's settings above).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 data="${AGENT_R1_SHARED_DATA:-../shared/data}"
-agent="${AGENT:-runs/demo/final}"
+settings_from="${SETTINGS_FROM:-}"
+agent="${AGENT:-${settings_from:+$settings_from/final}}"
+agent="${agent:-runs/demo/final}"
 out="${OUT:-runs/paper_table}"
 limit="${LIMIT:-100}"
 methods="${METHODS:-closed-book naive-rag base-tool-call agent}"
 settings=(--limit "$limit" --env-kwargs '{"top_k": 2, "max_passage_chars": 300}' --max-turns 4
           --max-new-tokens-per-turn 40 --max-total-tokens 1280 --temperature 0 --threads "${THREADS:-1}")
+if [ -n "$settings_from" ]; then
+  settings=(--limit "$limit" --settings-from "$settings_from" --threads "${THREADS:-1}")
+fi
 datasets=(
   "hotpotqa AgentR1/HotpotQA-v0 hotpotqa/dev_distractor_sample_a_300.jsonl"
   "2wikimultihopqa AgentR1/2WikiMultihopQA-v0 2wikimultihopqa/dev_503.jsonl"
@@ -38,7 +46,7 @@ for method in $methods; do
       continue
     fi
     model="$agent"
-    label="agent (main job)"
+    label="agent (${settings_from:-main job})"
   fi
   for row in "${datasets[@]}"; do
     read -r name env file <<<"$row"

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import os
@@ -26,13 +27,18 @@ from typing import TYPE_CHECKING, Any
 from agent_trainers.errors import one_line
 
 if TYPE_CHECKING:
+    from agent_trainers.pipeline.config import TrainConfig
     from agent_trainers.rollout import RolloutConfig
 
 __all__ = [
+    "DATA_KWARGS",
+    "EvalSettings",
     "add_parsers",
     "build_eval_parser",
     "env_kwargs_from_args",
     "eval_rollout",
+    "eval_settings",
+    "run_config",
     "run_eval_cli",
     "run_eval_command",
     "run_report_command",
@@ -50,7 +56,13 @@ def build_eval_parser() -> argparse.ArgumentParser:
     from agent_trainers.rollout.cli import add_rollout_options
 
     ev = argparse.ArgumentParser(prog="agent-r1 eval", description=EVAL_HELP + ".")
-    ev.add_argument("--env", default="AgentR1/HotpotQA-v0", help="environment id (see `agent-r1 envs`)")
+    ev.add_argument(
+        "--settings-from",
+        metavar="RUN",
+        help="evaluate as training run RUN evaluated (its folder or config.yaml): its env, env kwargs, rollout "
+        "limits, batch size, seeds and precision; options given here win (see `Evaluating a trained agent elsewhere`)",
+    )
+    ev.add_argument("--env", help="environment id (see `agent-r1 envs`; default AgentR1/HotpotQA-v0 or RUN's)")
     ev.add_argument("--data-path", help="a data file or folder (the env's data_path=; a folder must not mix splits)")
     ev.add_argument("--data-files", help="with a folder --data-path: a glob choosing its files (one split)")
     ev.add_argument("--env-kwargs", default="{}", help="more gymnasium.make kwargs as a JSON object")
@@ -74,7 +86,7 @@ def build_eval_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="output folder (default runs/eval/<env>-<label>); running again continues it")
     ev.add_argument("--overwrite", action="store_true", help="start over instead of continuing --out")
     ev.add_argument("--label", help="row name in tables (default: the method, or 'agent (MODEL)')")
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--seed", type=int, help="the env's and the sampler's seed (default 0, or RUN's)")
     ev.add_argument("--device", default="auto", help="auto (a GPU when present), cpu or cuda")
     ev.add_argument("--bf16", action="store_true", help="generate in bf16 (as a model trained with bf16: true)")
     ev.add_argument(
@@ -83,8 +95,8 @@ def build_eval_parser() -> argparse.ArgumentParser:
         default=1,
         help="torch CPU threads (0: torch's default; auto: the cores idle at start)",
     )
-    ev.add_argument("--batch-size", type=int, default=8, help="prompts per generate call")
-    ev.add_argument("--chunk-size", type=int, default=16, help="questions played together")
+    ev.add_argument("--batch-size", type=int, help="prompts per generate call (default 8, or RUN's eval.batch_size)")
+    ev.add_argument("--chunk-size", type=int, help="questions played together (default 16, or RUN's eval.batch_size)")
     add_rollout_options(ev, eval_rollout())
     return ev
 
@@ -135,32 +147,124 @@ def _accepts(env_id: str, name: str) -> bool:
     return name in params or name in spec.kwargs
 
 
-def env_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """``gymnasium.make`` kwargs from ``--env-kwargs``, ``--data-path``, ``--data-files`` and ``--split``.
+DEFAULT_ENV = "AgentR1/HotpotQA-v0"
+DATA_KWARGS = ("data_path", "data_files", "split")
+"""The env kwargs that choose the data: a run's are left out where ``--env`` names another env or
+``--data-path`` / ``--data-files`` give other data."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """What ``agent-r1 eval`` runs with, its options and ``--settings-from RUN`` resolved (:func:`eval_settings`).
+
+    Attributes:
+        env: The environment id.
+        env_kwargs: The ``gymnasium.make`` kwargs.
+        rollout: The rollout settings.
+        env_seed: The evaluation's env seed (``EvalSpec.seed``).
+        policy_seed: The sampler's seed (and torch's).
+        batch_size: Prompts per generate call.
+        chunk_size: Questions played together.
+        bf16: bf16 asked for (checked against the device when the model loads).
+    """
+
+    env: str
+    env_kwargs: dict[str, Any]
+    rollout: RolloutConfig
+    env_seed: int
+    policy_seed: int
+    batch_size: int
+    chunk_size: int
+    bf16: bool
+
+
+def run_config(run: str) -> TrainConfig:
+    """The config of training run ``run``: its folder (the ``config.yaml`` that ``agent-r1 train`` writes there),
+    a config file or a packaged config's name.
+
+    Raises:
+        FileNotFoundError: A folder without ``config.yaml``, or no such file or packaged config.
+        ValueError: The config does not validate.
+    """
+    from agent_trainers.pipeline.config import load_config
+
+    path = Path(run)
+    if path.is_dir():
+        if not (path / "config.yaml").is_file():
+            raise FileNotFoundError(f"--settings-from {run}: no config.yaml there (agent-r1 train writes one)")
+        path = path / "config.yaml"
+    return load_config(path)
+
+
+def eval_settings(args: argparse.Namespace) -> EvalSettings:
+    """Resolve ``agent-r1 eval``'s options. Without ``--settings-from`` they are the options' own defaults. With
+    ``--settings-from RUN`` the defaults are what RUN's own evaluations used
+    (:func:`agent_trainers.pipeline.stages.evaluate_model`): its env and ``env.eval_kwargs`` (less
+    :data:`DATA_KWARGS` where other data is named), its ``rollout:`` at ``eval.temperature``, ``eval.batch_size``,
+    its seeds and its precision; every option given on the command line wins, ``--env-kwargs`` key by key.
+
+    Raises:
+        FileNotFoundError, ValueError: RUN has no valid config; ``--env-kwargs`` is not a JSON object.
+    """
+    from agent_trainers.pipeline.stages import EVAL_SEED
+    from agent_trainers.rollout.cli import rollout_config_from_args
+
+    run = None if args.settings_from is None else run_config(args.settings_from)
+    env = args.env or (run.env.id if run is not None else DEFAULT_ENV)
+    base: dict[str, Any] = {}
+    rollout = eval_rollout()
+    if run is not None:
+        base = dict(run.env.eval_kwargs)
+        if env != run.env.id or args.data_path or args.data_files:
+            base = {k: v for k, v in base.items() if k not in DATA_KWARGS}
+        rollout = dataclasses.replace(run.rollout, temperature=run.eval.temperature)
+
+    def pick(given: Any, default: Any, from_run: Any) -> Any:
+        return given if given is not None else (from_run if run is not None else default)
+
+    return EvalSettings(
+        env=env,
+        env_kwargs=env_kwargs_from_args(args, base=base, env=env),
+        rollout=rollout_config_from_args(args, rollout),
+        env_seed=pick(args.seed, 0, EVAL_SEED),
+        policy_seed=pick(args.seed, 0, run.seed if run else None),
+        batch_size=pick(args.batch_size, 8, run.eval.batch_size if run else None),
+        chunk_size=pick(args.chunk_size, 16, run.eval.batch_size if run else None),
+        bf16=bool(args.bf16 or (run is not None and run.bf16)),
+    )
+
+
+def env_kwargs_from_args(
+    args: argparse.Namespace, *, base: dict[str, Any] | None = None, env: str | None = None
+) -> dict[str, Any]:
+    """``gymnasium.make`` kwargs from ``--env-kwargs``, ``--data-path``, ``--data-files`` and ``--split``, on top
+    of ``base`` (a run's, :func:`eval_settings`) for env ``env`` (default ``--env``, or the default env).
 
     Raises:
         ValueError: ``--env-kwargs`` is not a JSON object.
     """
+    env = env or args.env or DEFAULT_ENV
     try:
-        kwargs = json.loads(args.env_kwargs)
+        given = json.loads(args.env_kwargs)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--env-kwargs must be a JSON object ({exc})") from exc
     except RecursionError:  # json's decoder recurses once per nesting level
         raise ValueError("--env-kwargs is nested too deeply to read (env kwargs are a flat JSON object)") from None
-    if not isinstance(kwargs, dict):
+    if not isinstance(given, dict):
         raise ValueError(f"--env-kwargs must be a JSON object (got {args.env_kwargs!r})")
+    kwargs = {**(base or {}), **given}
     if args.data_path:
         kwargs["data_path"] = args.data_path
     if args.data_files:
         kwargs["data_files"] = args.data_files
-    if "split" not in kwargs and args.split != "auto":
+    if args.split != "auto" and "split" not in given:  # --split beats a run's split, --env-kwargs beats --split
         kwargs["split"] = args.split
-    elif "split" not in kwargs and "data_path" not in kwargs and _accepts(args.env, "split"):
+    elif "split" not in kwargs and "data_path" not in kwargs and _accepts(env, "split"):
         kwargs["split"] = "test"  # the embedded sample's held-aside part
     return {k: v for k, v in kwargs.items() if v != ""}
 
 
-def _policy(args: argparse.Namespace) -> Any:
+def _policy(args: argparse.Namespace, settings: EvalSettings) -> Any:
     if args.base_url:
         from agent_trainers.policies import OpenAIPolicy
 
@@ -174,14 +278,14 @@ def _policy(args: argparse.Namespace) -> Any:
     from agent_trainers.policies import TransformersPolicy, load_model
     from agent_trainers.policies.threads import apply_threads
 
-    seed_everything(args.seed)
+    seed_everything(settings.policy_seed)
     apply_threads(args.threads)
     from agent_trainers.policies.device import bf16_enabled
 
-    bf16 = bf16_enabled(args.device, True) if args.bf16 else False  # refused on a CPU without native bf16
-    model, tok = load_model(args.model, device=args.device, seed=args.seed)
+    bf16 = bf16_enabled(args.device, True) if settings.bf16 else False  # refused on a CPU without native bf16
+    model, tok = load_model(args.model, device=args.device, seed=settings.policy_seed)
     model.eval()
-    return TransformersPolicy(model, tok, batch_size=args.batch_size, seed=args.seed, bf16=bf16)
+    return TransformersPolicy(model, tok, batch_size=settings.batch_size, seed=settings.policy_seed, bf16=bf16)
 
 
 def _slug(text: str) -> str:
@@ -207,26 +311,25 @@ def run_eval_cli(argv: Sequence[str]) -> int:
 def run_eval_command(args: argparse.Namespace) -> int:
     """Run ``agent-r1 eval``: evaluate, write the folder, print the summary table."""
     from agent_trainers.evaluation import EvalSpec, Method, run_eval
-    from agent_trainers.rollout.cli import rollout_config_from_args
 
-    rollout = rollout_config_from_args(args, eval_rollout())
+    settings = eval_settings(args)
     model = args.base_url + (f" ({args.api_model})" if args.api_model else "") if args.base_url else args.model
     spec = EvalSpec(
-        args.env,
+        settings.env,
         Method(args.method),
         model=model,
-        env_kwargs=env_kwargs_from_args(args),
+        env_kwargs=settings.env_kwargs,
         limit=args.limit,
         start=args.first_task,
-        seed=args.seed,
-        rollout=rollout,
+        seed=settings.env_seed,
+        rollout=settings.rollout,
         label=args.label,
-        chunk_size=args.chunk_size,
+        chunk_size=settings.chunk_size,
     )
-    out = args.out or f"runs/eval/{_slug(args.env.split('/')[-1])}-{_slug(spec.name)}"
+    out = args.out or f"runs/eval/{_slug(settings.env.split('/')[-1])}-{_slug(spec.name)}"
     if Path(out).exists() and not Path(out).is_dir():
         raise ValueError(f"--out {out} is a file: give a folder (the evaluation writes several files into it)")
-    result = run_eval(spec, _policy(args), out, resume=not args.overwrite)
+    result = run_eval(spec, _policy(args, settings), out, resume=not args.overwrite)
     print((Path(out) / "summary.md").read_text(encoding="utf-8"))
     print(f"{result.summary['episodes']} questions in {result.summary['wall_s']} s; written to {out}/")
     return 0
