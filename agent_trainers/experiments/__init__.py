@@ -1,8 +1,9 @@
 """Experiments as data (the layer above :mod:`agent_trainers.pipeline`): a sweep is a recipe, arms, seeds, a dev
 set and a test set (:mod:`.spec`); its runs are typed copies of the recipe (:mod:`.plan`), run in subprocesses or
 in this process (:mod:`.runner`); every choice is made on dev and the test set is evaluated once, after the
-choices are frozen (:mod:`.protocol`); one report serves every sweep (:mod:`.report`); ``agent-r1 sweep``
-(:mod:`.sweep`). The packaged sweeps live in ``agent_trainers/sweeps/``.
+choices are frozen (:mod:`.protocol`); one report serves every sweep (:mod:`.report`); a sweep grows seed by
+seed across machines through an archive of its results (:mod:`.archive`); ``agent-r1 sweep`` (:mod:`.sweep`).
+The packaged sweeps live in ``agent_trainers/sweeps/``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,10 @@ from typing import Any
 from agent_trainers.experiments.spec import Arm, Stage, SweepSpec
 from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config, set_dotted
 
-__all__ = ["Run", "describe", "plan_runs", "with_settings"]
+__all__ = ["ARCHIVED", "Run", "describe", "plan_runs", "with_settings"]
+
+ARCHIVED = "archived.json"
+"""In a run folder: the run was restored from an archive (:mod:`.archive`); its weights stayed behind."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,14 @@ class Run:
 
     @property
     def done(self) -> bool:
-        """Finished: its final model and evaluations exist."""
-        return (self.folder / "final" / "agent_r1.json").is_file() and (self.folder / "eval").is_dir()
+        """Finished: its final model and evaluations exist, or it was restored from an archive."""
+        trained = (self.folder / "final" / "agent_r1.json").is_file() and (self.folder / "eval").is_dir()
+        return trained or self.archived
+
+    @property
+    def archived(self) -> bool:
+        """Restored from a sweep's archive (:mod:`.archive`): its results without its weights."""
+        return (self.folder / ARCHIVED).is_file()
 
 
 def with_settings(config: TrainConfig, settings: Mapping[str, Any]) -> TrainConfig:

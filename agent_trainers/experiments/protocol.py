@@ -6,10 +6,16 @@
    (``final`` or ``best_dev``), with the dev value it was chosen at. They are written to ``choices.json``
    (:func:`freeze_choices`) before anything touches the test set.
 3. **Test, once** (:func:`evaluate_test`): the chosen checkpoint of each run and the model each run started
-   from are evaluated on the test set, each evaluation recorded in ``test_log.json`` with the choices it was
+   from are evaluated on the test set, each evaluation recorded in ``test_log.json`` with the choice it was
    made under. A test set evaluated under other choices is refused - a test set that was looked at while
    choosing is a dev set from then on - and a test figure is reported only from an evaluation that log holds
    (:func:`frozen_test_folders`).
+
+Every choice is a run's own (its checkpoint, on its own dev curve); the rest - the recipe, the arms, the dev and
+test sets, the rule - is the sweep's definition, fixed before anything runs. So a seed's runs can be tested as
+soon as they are finished and the sweep can grow by seeds afterwards (on another machine: :mod:`.archive`), as
+long as the definition stays what the first test evaluation was made under (:func:`sweep_digest`: a changed
+definition is refused).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +37,13 @@ __all__ = [
     "TEST_LOG",
     "Choice",
     "ProtocolError",
+    "check_definition",
     "dev_curve",
     "evaluate_test",
     "freeze_choices",
     "frozen_test_folders",
     "make_choices",
+    "sweep_digest",
 ]
 
 CHOICES = "choices.json"
@@ -92,7 +100,7 @@ def dev_curve(run: Run, metric: str) -> list[tuple[int, float]]:
 
 
 def _model_at(run: Run, step: int, last: int) -> Path:
-    if step == last:
+    if step == last or run.archived:  # an archived run keeps no weights: its test figures were made already
         return run.model_folder
     if step == 0:
         if run.start is None:
@@ -119,9 +127,27 @@ def make_choices(spec: SweepSpec, runs: Sequence[Run]) -> list[Choice]:
     return out
 
 
-def _digest(spec: SweepSpec, choices: Sequence[Choice]) -> str:
+NOT_A_CHOICE = ("threads", "verbose", "report_to", "output_dir")
+"""Overrides that change how a run is carried out, not what it computes: left out of :func:`sweep_digest`."""
+
+
+def sweep_digest(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> str:
+    """The digest of a sweep's definition: the spec less its seeds and description, the recipe file's text and the
+    caller's overrides (less :data:`NOT_A_CHOICE`). Test evaluations record it; one made under another is refused."""
+    from agent_trainers.pipeline.config import find_config
+
+    kept = {k: v for k, v in (overrides or {}).items() if k.split(".")[0] not in NOT_A_CHOICE}
+    recipe = hashlib.sha256(find_config(spec.recipe).read_bytes()).hexdigest()
+    blob = {"spec": spec.model_dump(mode="json", exclude={"seeds", "description"}), "recipe": recipe, "set": kept}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _choice_digest(spec: SweepSpec, choice: Choice, sweep: str) -> str:
+    """One run's choice, under the sweep's definition and test set (the model's path is left out: it moves with
+    the sweep's folder)."""
     test = spec.test.key() if spec.test is not None else None
-    blob = json.dumps({"test": test, "metric": spec.metric, "choices": [asdict(c) for c in choices]}, sort_keys=True)
+    mine = {"run": choice.run, "step": choice.step, "dev": choice.dev}
+    blob = json.dumps({"test": test, "metric": spec.metric, "sweep": sweep, "choice": mine}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -129,44 +155,64 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def freeze_choices(spec: SweepSpec, runs: Sequence[Run], out: str | Path) -> dict[str, Any]:
-    """Write ``choices.json`` (the choices and their digest); returns it.
+def check_definition(out: str | Path, sweep: str) -> None:
+    """Refuse a sweep folder whose test set was evaluated under another definition (digest) than ``sweep``.
 
     Raises:
-        ProtocolError: The test set was already evaluated under other choices.
+        ProtocolError: It was; the message says when and what to do.
     """
-    choices = make_choices(spec, runs)
-    digest = _digest(spec, choices)
     folder = Path(out)
     tested = _read(folder / TEST_LOG)
-    other = sorted({e["choices"] for e in tested.values()} - {digest})
+    other = sorted({e["sweep"] for e in tested.values()} - {sweep})
     if other:
-        when = min(e["evaluated_at"] for e in tested.values() if e["choices"] in other)
+        when = min(e["evaluated_at"] for e in tested.values() if e["sweep"] in other)
         raise ProtocolError(
-            f"the test set of {folder} was evaluated on {when} under other choices (choices {other[0]}); a test set "
-            "that was looked at while choosing is a dev set from then on: name a new test set in the sweep, or use "
-            "another output folder"
+            f"the test set of {folder} was evaluated on {when} under another definition of the sweep (sweep "
+            f"{other[0]}, now {sweep}: its recipe, arms, dev or test set or rule changed); a test set that was looked "
+            "at while choosing is a dev set from then on: name a new test set in the sweep, or use another folder"
         )
-    frozen = {"choices": digest, "metric": spec.metric, "rule": spec.choose.value, "runs": [asdict(c) for c in choices]}
-    previous = _read(folder / CHOICES)
-    if previous.get("choices") != digest:
-        frozen["frozen_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        write_atomic(folder / CHOICES, json.dumps(frozen, indent=1) + "\n")
-        return frozen
-    return previous
 
 
-def _test_targets(runs: Sequence[Run], frozen: dict[str, Any]) -> list[tuple[str, str, Run]]:
-    """``(label, model folder, run)`` to evaluate on test: every run's chosen model (SFT runs: their model)."""
-    chosen = {c["run"]: c for c in frozen["runs"]}
-    return [(run.name, chosen[run.name]["model"], run) for run in runs]
+def freeze_choices(spec: SweepSpec, runs: Sequence[Run], out: str | Path, sweep: str | None = None) -> dict[str, Any]:
+    """Write the choices of ``runs`` into ``choices.json`` (other runs' entries are kept); returns its content.
 
-
-def evaluate_test(spec: SweepSpec, runs: Sequence[Run], out: str | Path, say: Any = print) -> None:
-    """Evaluate each run's chosen model on the test set once (under the frozen choices); done ones are kept.
+    ``sweep``: the definition's digest (:func:`sweep_digest`; default: the spec's, without overrides).
 
     Raises:
-        ProtocolError: No test set, no frozen choices, or the choices changed since they were frozen.
+        ProtocolError: The test set was evaluated under another definition of the sweep, or a run's test set
+            under another choice of that run.
+    """
+    sweep = sweep or sweep_digest(spec)
+    folder = Path(out)
+    check_definition(folder, sweep)
+    tested = _read(folder / TEST_LOG)
+    previous = _read(folder / CHOICES)
+    entries = {e["run"]: e for e in previous.get("runs", [])} if previous.get("sweep") == sweep else {}
+    for choice in make_choices(spec, runs):
+        digest = _choice_digest(spec, choice, sweep)
+        done = tested.get(choice.run)
+        if done is not None and done["choice"] != digest:
+            raise ProtocolError(
+                f"the test set of {folder} was evaluated for {choice.run} on {done['evaluated_at']} under another "
+                f"choice (choice {done['choice']}, now {digest}: its dev curve changed); a test set that was looked at "
+                "while choosing is a dev set from then on: name a new test set in the sweep, or use another folder"
+            )
+        same = entries.get(choice.run, {}).get("digest") == digest  # then it keeps the time it was first frozen
+        when = entries[choice.run]["frozen_at"] if same else time.strftime("%Y-%m-%d %H:%M:%S")
+        entries[choice.run] = {**asdict(choice), "digest": digest, "frozen_at": when}  # the model where it is now
+    frozen = {"sweep": sweep, "metric": spec.metric, "rule": spec.choose.value, "runs": list(entries.values())}
+    if previous != frozen:
+        write_atomic(folder / CHOICES, json.dumps(frozen, indent=1) + "\n")
+    return frozen
+
+
+def evaluate_test(
+    spec: SweepSpec, runs: Sequence[Run], out: str | Path, say: Any = print, sweep: str | None = None
+) -> None:
+    """Evaluate each run's chosen model on the test set once (under its frozen choice); done ones are kept.
+
+    Raises:
+        ProtocolError: No test set, or the sweep's definition or a run's choice changed since its test evaluation.
     """
     from agent_trainers.pipeline.stages import evaluate_model
     from agent_trainers.policies.loader import load_model
@@ -174,40 +220,43 @@ def evaluate_test(spec: SweepSpec, runs: Sequence[Run], out: str | Path, say: An
     if spec.test is None:
         raise ProtocolError("the sweep names no test set")
     folder = Path(out)
-    frozen = freeze_choices(spec, runs, folder)  # refuses choices other than the test set's
+    sweep = sweep or sweep_digest(spec)
+    frozen = freeze_choices(spec, runs, folder, sweep)  # refuses choices other than the test set's
+    chosen = {c["run"]: c for c in frozen["runs"]}
     log = _read(folder / TEST_LOG)
     test: TaskSet = spec.test
-    for k, (name, model, run) in enumerate(_test_targets(runs, frozen), 1):
-        target = folder / "test" / name
-        entry = log.get(name)
-        if entry is not None and entry["model"] == model and (target / "summary.json").is_file():
+    for k, run in enumerate(runs, 1):
+        target, choice = folder / "test" / run.name, chosen[run.name]
+        entry = log.get(run.name)
+        if entry is not None and entry["choice"] == choice["digest"] and (target / "summary.json").is_file():
             continue
-        say(f"[sweep] test {k}/{len(runs)}: {name} ({model})")
-        policy_model, tokenizer = load_model(model, device=run.config.device, seed=run.config.seed)
+        say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']})")
+        policy_model, tokenizer = load_model(choice["model"], device=run.config.device, seed=run.config.seed)
         evaluate_model(
             run.config, policy_model, tokenizer, target, phase="test",
-            tasks=(dict(test.env_kwargs), test.first_task, test.tasks), label=f"{name} (test)",
+            tasks=(dict(test.env_kwargs), test.first_task, test.tasks), label=f"{run.name} (test)",
         )  # fmt: skip
         del policy_model
-        log[name] = {"model": model, "choices": frozen["choices"], "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        log[run.name] = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep,
+                         "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
         write_atomic(folder / TEST_LOG, json.dumps(log, indent=1) + "\n")
 
 
 def frozen_test_folders(spec: SweepSpec, runs: Sequence[Run], out: str | Path) -> dict[str, Path]:
-    """The test evaluation folder of each run, only as the protocol made it (under the frozen choices).
+    """The test evaluation folder of each run, only as the protocol made it (under its frozen choice).
 
     Raises:
-        ProtocolError: A run's test figure was not made under the frozen choices, or is missing.
+        ProtocolError: A run's test figure was not made under its frozen choice, or is missing.
     """
     folder = Path(out)
     frozen, log = _read(folder / CHOICES), _read(folder / TEST_LOG)
     if not frozen:
         raise ProtocolError(f"{folder} has no {CHOICES}: no test figure is reported before the choices are frozen")
-    chosen = {c["run"]: c["model"] for c in frozen["runs"]}
+    chosen = {c["run"]: c["digest"] for c in frozen["runs"]}
     out_folders = {}
     for run in runs:
-        entry = log.get(run.name)
-        if entry is None or entry["choices"] != frozen["choices"] or entry["model"] != chosen.get(run.name):
-            raise ProtocolError(f"{run.name}: no test evaluation under the frozen choices ({frozen['choices']})")
+        entry, digest = log.get(run.name), chosen.get(run.name)
+        if entry is None or digest is None or entry["choice"] != digest or entry["sweep"] != frozen["sweep"]:
+            raise ProtocolError(f"{run.name}: no test evaluation under its frozen choice ({digest})")
         out_folders[run.name] = folder / "test" / run.name
     return out_folders

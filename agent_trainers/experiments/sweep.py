@@ -5,10 +5,13 @@
     agent-r1 sweep learn_main --plan                 # the runs, their configs' differences, nothing run
     agent-r1 sweep learn_main                        # run (or continue) everything, then the report
     agent-r1 sweep learn_hotpotqa --seeds 0 --set rl.steps=20 --out runs/hotpotqa-short
+    agent-r1 sweep calculator_rewards --archive docs/results/sweeps/calculator_rewards   # grows seed by seed
 
 Everything goes under ``--out`` (default ``runs/<sweep name>``): ``seed<k>/<arm>/`` (each run's folder),
 ``costs.json``, ``choices.json`` and ``test_log.json`` (:mod:`.protocol`), ``test/`` (the test evaluations),
-``report.md`` and ``curves.png``. Running it again continues: finished runs and evaluations are kept.
+``report.md`` and ``curves.png``. Running it again continues: finished runs and evaluations are kept. Seeds run
+one after another, each tested as soon as its runs are finished; ``--archive DIR`` keeps each tested seed's
+results (without weights) where a later machine finds them (:mod:`.archive`).
 """
 
 from __future__ import annotations
@@ -53,12 +56,16 @@ def run_sweep(
     runner: Callable[[Run], Any] | None = None,
     say: Callable[[str], None] = print,
     dev_only: bool = False,
+    archive: str | Path | None = None,
 ) -> SweepResult:
-    """Run (or continue) every run, freeze the choices, evaluate the test set once, and write the report.
+    """Run (or continue) the runs seed by seed - train, freeze each run's choice, evaluate the test set once - and
+    write the report over every seed.
 
-    ``dev_only``: stop after the dev report; the test set is left untouched (a sweep can then grow, e.g. by seeds,
-    and be reported on dev as it goes: the choices are frozen again, and the test set evaluated, by the run
-    without it)."""
+    ``dev_only``: leave the test set untouched and report on dev (a sweep can then grow, e.g. by seeds, and be
+    reported on dev as it goes; a run without it evaluates the test set). ``archive``: a folder that keeps each
+    tested seed's results without the weights (:mod:`.archive`): archived runs missing from ``out`` are restored
+    first and count as finished, and each seed is archived once its test set is evaluated."""
+    import agent_trainers.experiments.archive as archives
     import agent_trainers.experiments.protocol as protocol
     import agent_trainers.experiments.report as report
     import agent_trainers.experiments.runner as runners
@@ -67,11 +74,23 @@ def run_sweep(
         spec = spec.model_copy(update={"seeds": list(seeds)})
     folder = Path(out)
     runs = plan_runs(spec, folder, overrides)
-    costs = runners.run_all(runs, folder, runner=runner or runners.run_in_subprocess, say=say)
-    frozen = protocol.freeze_choices(spec, runs, folder)
+    sweep = protocol.sweep_digest(spec, overrides)
+    if archive is not None and (restored := archives.restore_runs(runs, folder, archive)):
+        say(f"[sweep] restored from {archive}: {', '.join(restored)} (results without weights)")
+    protocol.check_definition(folder, sweep)  # before anything trains: a looked-at test set fixes the definition
+    costs: dict[str, dict[str, float | None]] = {}
+    for seed in spec.seeds:
+        mine = [r for r in runs if r.seed == seed]
+        costs = runners.run_all(mine, folder, runner=runner or runners.run_in_subprocess, say=say)
+        if spec.test is not None and not dev_only:
+            protocol.evaluate_test(spec, mine, folder, say=say, sweep=sweep)
+        if archive is not None and not dev_only and not all(r.archived for r in mine):
+            archives.archive_runs(mine, folder, archive)
+            say(f"[sweep] seed {seed} archived in {archive}")
+    frozen = protocol.freeze_choices(spec, runs, folder, sweep)
     steps = {c["run"]: (c["step"], c["dev"]) for c in frozen["runs"]}
     parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "
-             f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (choices {frozen['choices']}).", "",
+             f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (sweep {frozen['sweep']}).", "",
              "## Dev (every choice is made here)", "", report.dev_table(runs, spec.metric, costs, steps)]  # fmt: skip
 
     def dev_folder(run: Run) -> Path:
@@ -83,7 +102,6 @@ def run_sweep(
     if spec.test is not None and dev_only:
         parts += ["", "## Test", "", "Not evaluated yet (`--dev-only`): the test set is untouched."]
     elif spec.test is not None:
-        protocol.evaluate_test(spec, runs, folder, say=say)
         folders = protocol.frozen_test_folders(spec, runs, folder)
         parts += ["", "## Test (evaluated once, after the choices were frozen)", "",
                   report.test_set_table(runs, spec.metric, costs, steps, folders)]  # fmt: skip
@@ -107,6 +125,12 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument(
         "--dev-only", action="store_true", help="run and report on dev; leave the test set untouched for a later run"
     )
+    sweep.add_argument(
+        "--archive",
+        metavar="DIR",
+        help="keep each tested seed's results (no weights) in DIR and restore them from there: a sweep that "
+        "grows seed by seed across machines",
+    )
 
 
 def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[str]], dict[str, Any]]) -> int:
@@ -126,7 +150,9 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
         for line in describe(runs):
             print(line)
         return 0
-    result = run_sweep(spec, out, name=name, overrides=overrides, seeds=seeds, dev_only=args.dev_only)
+    result = run_sweep(
+        spec, out, name=name, overrides=overrides, seeds=seeds, dev_only=args.dev_only, archive=args.archive
+    )
     print(result.report)
     if result.curves:
         print(f"curves: {result.curves}")

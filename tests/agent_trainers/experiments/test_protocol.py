@@ -79,25 +79,68 @@ def test_a_step_without_a_saved_model_is_refused(tmp_path):
         make_choices(spec, [sft, grpo])
 
 
+def logged(runs, frozen, when="2026-12-05 10:00:00"):
+    """The test-log entries :func:`protocol.evaluate_test` writes for ``runs``, without evaluating."""
+    chosen = {c["run"]: c for c in frozen["runs"]}
+    return {r.name: {"model": chosen[r.name]["model"], "step": chosen[r.name]["step"], "sweep": frozen["sweep"],
+                     "choice": chosen[r.name]["digest"], "evaluated_at": when} for r in runs}  # fmt: skip
+
+
 def test_no_test_figure_without_frozen_choices_and_under_other_ones(tmp_path):
     spec = sweep()
     runs = finished(tmp_path, spec)
     with pytest.raises(ProtocolError, match="no test figure is reported before the choices are frozen"):
         frozen_test_folders(spec, runs, tmp_path)
     frozen = freeze_choices(spec, runs, tmp_path)
-    assert json.loads((tmp_path / protocol.CHOICES).read_text())["choices"] == frozen["choices"]
-    with pytest.raises(ProtocolError, match="sft/seed0: no test evaluation under the frozen choices"):
+    assert json.loads((tmp_path / protocol.CHOICES).read_text()) == frozen
+    assert [(c["run"], c["step"], c["dev"]) for c in frozen["runs"]] == [
+        ("sft/seed0", 0, 0.675),
+        ("grpo/seed0", 10, 0.735),
+    ]
+    with pytest.raises(ProtocolError, match="sft/seed0: no test evaluation under its frozen choice"):
         frozen_test_folders(spec, runs, tmp_path)
-    log = {r.name: {"model": c["model"], "choices": frozen["choices"], "evaluated_at": "2026-12-05 10:00:00"}
-           for r, c in zip(runs, frozen["runs"], strict=True)}  # fmt: skip
-    (tmp_path / protocol.TEST_LOG).write_text(json.dumps(log))
+    (tmp_path / protocol.TEST_LOG).write_text(json.dumps(logged(runs, frozen)))
     assert frozen_test_folders(spec, runs, tmp_path)["grpo/seed0"] == tmp_path / "test" / "grpo/seed0"
-    # the dev curve changes afterwards (another recipe, say): the choices change, the looked-at test set is refused
+    assert freeze_choices(spec, runs, tmp_path) == frozen  # frozen again, unchanged: the same file
+    # the dev curve changes afterwards (another run, say): the choice changes, the looked-at test set is refused
     (runs[1].folder / "metrics.jsonl").write_text(json.dumps({"stage": "eval", "step": 20, "em": 0.9}) + "\n")
     with pytest.raises(
-        ProtocolError, match=r"evaluated on 2026-12-05 10:00:00 under other choices.*a dev set from then"
+        ProtocolError,
+        match=r"evaluated for grpo/seed0 on 2026-12-05 10:00:00 under another choice.*a dev set from then",
     ):
         freeze_choices(spec, runs, tmp_path)
+
+
+def test_the_sweep_s_definition_is_fixed_by_its_first_test_evaluation_and_seeds_may_grow(tmp_path):
+    spec = sweep()
+    digest = protocol.sweep_digest(spec)
+    # what a run computes is in the digest; its seeds, its description and how it is carried out are not
+    assert protocol.sweep_digest(spec.model_copy(update={"seeds": [0, 1, 2], "description": "x"})) == digest
+    assert protocol.sweep_digest(spec, {"threads": 2, "report_to": "tensorboard"}) == digest
+    assert protocol.sweep_digest(spec, {"rl.learning_rate": 1e-6}) != digest
+    assert protocol.sweep_digest(sweep(choose="final")) != digest
+    assert protocol.sweep_digest(sweep(test={"env_kwargs": {"task_seed": 5}, "tasks": 10})) != digest
+    runs = finished(tmp_path, spec)
+    frozen = freeze_choices(spec, runs, tmp_path)
+    (tmp_path / protocol.TEST_LOG).write_text(json.dumps(logged(runs, frozen)))
+    # a second seed later: seed 0's choices and test figures stand, seed 1's are frozen beside them
+    grown = spec.model_copy(update={"seeds": [0, 1]})
+    more = plan_runs(grown, tmp_path)
+    for run, rows in zip(more[2:], ([(0, 0.5)], [(10, 0.55), (20, 0.6)]), strict=True):
+        run.folder.mkdir(parents=True)
+        lines = [{"stage": "eval", "step": s, "em": v} for s, v in rows]
+        (run.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (more[3].folder / "rl" / "checkpoint-10").mkdir(parents=True)
+    (more[3].folder / "rl" / "checkpoint-10" / "config.json").write_text("{}")
+    both = freeze_choices(grown, more, tmp_path)
+    assert [c["run"] for c in both["runs"]] == ["sft/seed0", "grpo/seed0", "sft/seed1", "grpo/seed1"]
+    assert both["runs"][:2] == frozen["runs"]
+    assert set(frozen_test_folders(grown, more[:2], tmp_path)) == {"sft/seed0", "grpo/seed0"}
+    # another rule (or recipe, arms, test set) after the test set was looked at: refused, whatever the seeds
+    with pytest.raises(ProtocolError, match=r"evaluated on 2026-12-05 10:00:00 under another definition of the sweep"):
+        freeze_choices(sweep(choose="final"), runs, tmp_path)
+    with pytest.raises(ProtocolError, match="under another definition"):
+        freeze_choices(spec, runs, tmp_path, protocol.sweep_digest(spec, {"rl.learning_rate": 1e-6}))
 
 
 def test_the_test_evaluation_needs_a_test_set(tmp_path):

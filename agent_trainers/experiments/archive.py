@@ -1,0 +1,131 @@
+"""A sweep that outlives its machine: each finished seed's results, without the weights, in a folder small enough
+to commit (``agent-r1 sweep NAME --archive DIR``).
+
+A sweep of several seeds can take longer than the machine it runs on lives (a lent GPU box, a CI runner, a
+sandbox that is wiped between sessions), and its checkpoints are too large to keep. What the report reads is
+small: each run's config and ``metrics.jsonl`` (the dev curve, seconds per step), its evaluations' summaries and
+per-task records, its test evaluation, its choice, its test-log entry and its cost. So a sweep grows seed by seed:
+
+1. a seed's runs are trained, their checkpoints chosen on dev and their test set evaluated on one machine
+   (:func:`~agent_trainers.experiments.protocol.evaluate_test`: every choice is a run's own);
+2. :func:`archive_runs` copies those results into the archive: the files above, each ``episodes.jsonl`` without
+   its trajectories (the numbers stay; the viewer's tokens do not), and merges the sweep's ``choices.json``,
+   ``test_log.json`` and ``costs.json`` entries;
+3. on the next machine :func:`restore_runs` copies the archived runs into the new sweep folder, where they count as
+   finished (:attr:`~agent_trainers.experiments.plan.Run.archived`) and keep their test figures; the sweep trains
+   the seeds that are missing and reports over all of them.
+
+The protocol holds across machines: a test evaluation records the sweep's definition
+(:func:`~agent_trainers.experiments.protocol.sweep_digest`), so a seed added under a changed recipe is refused.
+A seed whose machine went before its test evaluation is trained again from the start.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent_gym.core.files import write_atomic
+from agent_trainers.experiments.plan import ARCHIVED, Run
+from agent_trainers.experiments.protocol import CHOICES, TEST_LOG, ProtocolError
+from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
+
+__all__ = ["archive_runs", "restore_runs"]
+
+RUN_FILES = (RUN_CONFIG, "config.yaml", "metrics.jsonl")
+"""What a run folder keeps in the archive, besides its evaluations."""
+EVAL_FILES = ("spec.json", "summary.json", "summary.csv", "summary.md")
+"""What an evaluation folder keeps, besides ``episodes.jsonl`` without trajectories."""
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _copy_evaluation(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in EVAL_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    episodes = src / "episodes.jsonl"
+    if episodes.is_file():
+        lines = []
+        for line in episodes.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                record.pop("trajectory", None)
+                lines.append(json.dumps(record))
+        write_atomic(dst / "episodes.jsonl", "".join(x + "\n" for x in lines))
+
+
+def _merge(src: Path, dst: Path, names: set[str]) -> None:
+    """Copy the entries of ``names`` from the sweep file ``src`` into ``dst`` (both ``{run: entry}`` files, or
+    ``choices.json``, whose runs are a list under one sweep digest)."""
+    given, kept = _read(src), _read(dst)
+    if src.name == CHOICES:
+        if kept and given and kept.get("sweep") != given.get("sweep"):
+            raise ProtocolError(
+                f"{dst} holds runs of another definition of the sweep (sweep {kept.get('sweep')}, these "
+                f"{given.get('sweep')}): its recipe, arms, dev or test set or rule changed; archive elsewhere"
+            )
+        runs = {e["run"]: e for e in kept.get("runs", [])}
+        runs.update({e["run"]: e for e in given.get("runs", []) if e["run"] in names})
+        merged = {**given, **kept, "runs": list(runs.values())} if kept else {**given, "runs": list(runs.values())}
+    else:
+        merged = {**kept, **{k: v for k, v in given.items() if k in names}}
+    write_atomic(dst, json.dumps(merged, indent=1) + "\n")
+
+
+def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> list[str]:
+    """Copy the results of ``runs`` (finished, in the sweep folder ``out``) into ``archive``; returns their names.
+
+    Raises:
+        ProtocolError: The archive holds runs of another definition of the sweep.
+        ValueError: A run is not finished, or its folder is not under ``out``.
+    """
+    out, archive = Path(out), Path(archive)
+    names = {r.name for r in runs}
+    for run in runs:
+        if not run.done:
+            raise ValueError(f"{run.name} is not finished: only finished runs are archived")
+        dst = archive / run.folder.relative_to(out)
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in RUN_FILES:
+            if (run.folder / name).is_file():
+                shutil.copy2(run.folder / name, dst / name)
+        for phase in sorted(p for p in (run.folder / "eval").glob("*") if p.is_dir()):
+            _copy_evaluation(phase, dst / "eval" / phase.name)
+        if (out / "test" / run.name).is_dir():
+            _copy_evaluation(out / "test" / run.name, archive / "test" / run.name)
+        stamp = {"run": run.name, "archived_at": time.strftime("%Y-%m-%d %H:%M:%S"), "from": str(run.folder)}
+        write_atomic(dst / ARCHIVED, json.dumps(stamp) + "\n")
+    for name in (CHOICES, TEST_LOG, COSTS):
+        if (out / name).is_file():
+            _merge(out / name, archive / name, names)
+    return sorted(names)
+
+
+def restore_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> list[str]:
+    """Copy the archived ones of ``runs`` that ``out`` lacks from ``archive`` into ``out``; returns their names.
+
+    Raises:
+        ProtocolError: ``out`` holds runs of another definition of the sweep than the archive.
+    """
+    out, archive = Path(out), Path(archive)
+    restored = []
+    for run in runs:
+        src = archive / run.folder.relative_to(out)
+        if run.done or not (src / ARCHIVED).is_file():
+            continue
+        shutil.copytree(src, run.folder, dirs_exist_ok=True)
+        if (archive / "test" / run.name).is_dir():
+            shutil.copytree(archive / "test" / run.name, out / "test" / run.name, dirs_exist_ok=True)
+        restored.append(run.name)
+    for name in (CHOICES, TEST_LOG, COSTS):
+        if restored and (archive / name).is_file():
+            _merge(archive / name, out / name, set(restored))
+    return restored

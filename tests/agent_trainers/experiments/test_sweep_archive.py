@@ -1,0 +1,62 @@
+"""A sweep that grows seed by seed across machines (``--archive``): a tested seed's results, without weights, are
+archived; on a fresh machine they are restored, neither trained nor tested again, and reported beside new seeds;
+a changed definition is refused once the test set was looked at."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from agent_trainers.experiments.protocol import TEST_LOG, ProtocolError
+from agent_trainers.experiments.runner import run_in_process
+from agent_trainers.experiments.spec import SweepSpec
+from agent_trainers.experiments.sweep import run_sweep
+
+
+def tiny_sweep(**update):
+    return SweepSpec.model_validate({
+        "recipe": "tiny", "set": {"sft.episodes": 2, "rl.steps": 1, "eval.every": 1, "rl.save_steps": 1},
+        "metric": "f1", "seeds": [0], "choose": "final",
+        "dev": {"env_kwargs": {"split": "test"}, "tasks": 2}, "test": {"env_kwargs": {"split": "test"},
+        "first_task": 2, "tasks": 2}, "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}],
+        **update,
+    })  # fmt: skip
+
+
+def test_a_sweep_grows_by_a_seed_on_another_machine_from_its_archive(tmp_path, one_thread):
+    archive, first, second = tmp_path / "archive", tmp_path / "machine1", tmp_path / "machine2"
+    said: list[str] = []
+    one = run_sweep(tiny_sweep(), first, runner=run_in_process, say=said.append, archive=archive)
+    assert "[sweep] seed 0 archived in" in said[-1] and sum("[sweep] test" in x for x in said) == 2
+    # the archive: results, no weights, no trajectories
+    files = [p for p in archive.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.suffix in (".safetensors", ".bin", ".pt")]
+    assert sum(p.stat().st_size for p in files) < 200_000
+    episodes = [json.loads(x) for p in files if p.name == "episodes.jsonl" for x in p.read_text().splitlines()]
+    assert episodes and not any("trajectory" in r for r in episodes) and all("scores" in r for r in episodes)
+    assert (archive / "seed0" / "grpo" / "eval" / "final" / "summary.json").is_file()
+    assert set(json.loads((archive / TEST_LOG).read_text())) == {"sft/seed0", "grpo/seed0"}
+    shutil.rmtree(first)  # the machine is gone
+
+    said.clear()
+    grown = run_sweep(tiny_sweep(seeds=[0, 1]), second, runner=run_in_process, say=said.append, archive=archive)
+    assert said[0].startswith("[sweep] restored from") and "sft/seed0, grpo/seed0" in said[0]
+    trained = [x for x in said if x.startswith("[sweep] run") and "skipped" not in x and "done in" not in x]
+    assert [x.split(": ")[0].split()[-1] for x in trained] == ["sft/seed1", "grpo/seed1"]
+    assert [x.split(": ")[1].split()[0] for x in said if x.startswith("[sweep] test")] == ["sft/seed1", "grpo/seed1"]
+    # seed 0's rows are the first machine's, to the digit; seed 1's stand beside them
+    seed0 = [x for x in one.report.splitlines() if x.startswith("| ") and " | 0 |" in x]
+    assert seed0 and all(x in grown.report.splitlines() for x in seed0)
+    assert any(x.startswith("| grpo | 1 |") for x in grown.report.splitlines())
+    assert set(json.loads((archive / TEST_LOG).read_text())) == {
+        f"{a}/seed{s}" for a in ("sft", "grpo") for s in (0, 1)
+    }
+
+    # the definition changed after its test set was looked at: refused before anything is trained
+    said.clear()
+    with pytest.raises(ProtocolError, match="under another definition of the sweep"):
+        run_sweep(tiny_sweep(choose="best_dev", seeds=[0, 2]), tmp_path / "machine3", runner=run_in_process,
+                  say=said.append, archive=archive)  # fmt: skip
+    assert said[0].startswith("[sweep] restored from") and len(said) == 1  # seed 2 was not trained
