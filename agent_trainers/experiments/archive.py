@@ -38,8 +38,9 @@ __all__ = ["archive_runs", "restore_runs"]
 
 RUN_FILES = (RUN_CONFIG, "config.yaml", "metrics.jsonl")
 """What a run folder keeps in the archive, besides its evaluations."""
-EVAL_FILES = ("spec.json", "summary.json", "summary.csv", "summary.md")
-"""What an evaluation folder keeps, besides ``episodes.jsonl`` without trajectories."""
+EVAL_FILES = ("spec.json", "summary.json")
+"""What an evaluation folder keeps, besides ``episodes.jsonl`` without trajectories (its Markdown and CSV tables
+are made from these)."""
 
 
 def _read(path: Path) -> dict[str, Any]:
