@@ -102,11 +102,12 @@ def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> l
             _copy_evaluation(phase, dst / "eval" / phase.name)
         if (out / "test" / run.name).is_dir():
             _copy_evaluation(out / "test" / run.name, archive / "test" / run.name)
-        stamp = {"run": run.name, "archived_at": time.strftime("%Y-%m-%d %H:%M:%S"), "from": str(run.folder)}
-        write_atomic(dst / ARCHIVED, json.dumps(stamp) + "\n")
     for name in (CHOICES, TEST_LOG, COSTS):
         if (out / name).is_file():
             _merge(out / name, archive / name, names)
+    for run in runs:  # last: a run is archived only once everything it needs is there
+        stamp = {"run": run.name, "archived_at": time.strftime("%Y-%m-%d %H:%M:%S"), "from": str(run.folder)}
+        write_atomic(archive / run.folder.relative_to(out) / ARCHIVED, json.dumps(stamp) + "\n")
     return sorted(names)
 
 
