@@ -40,7 +40,7 @@ print(" ".join(f"{name}=={found[name]}" for name in sys.argv[2:]))
 EOF
 )"
 # 2. The package, the five at the newest versions our ranges allow; the test tools at constraints.txt's versions.
-grep -iE "^(pytest|pytest-timeout|hypothesis|rank-bm25|tyro|playwright)==" constraints.txt > "$venv/tools-constraints.txt"
+grep -iE "^(pytest|pytest-timeout|pytest-xdist|execnet|hypothesis|rank-bm25|tyro|playwright)==" constraints.txt > "$venv/tools-constraints.txt"
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pip install -q -c "$venv/tools-constraints.txt" "torch==2.13.0" \
   ".[train,test,server,dense,skyrl,openenv]" $five
@@ -64,4 +64,4 @@ done
 if [ "$#" -eq 0 ]; then
   set -- -q tests -k "not TextWorld and not test_the_built_ins_go_through_the_same_helper and not test_searches_in_flight_are_capped"
 fi
-exec "$venv/bin/python" -m pytest -p no:cacheprovider "$@"
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -n auto --maxprocesses 4 "$@"

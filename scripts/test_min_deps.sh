@@ -38,7 +38,7 @@ core = {norm(pin.split("==")[0]) for pin in sys.argv[2:]}
 keep = [line for line in open("constraints.txt") if norm(line.split("==")[0]) not in core]
 open(sys.argv[1], "w").writelines(keep)
 EOF
-tools="pytest pytest-timeout hypothesis rank-bm25 tyro tqdm fastapi uvicorn"  # the benchmarks the tests load need tyro/tqdm; the server tests fastapi/uvicorn
+tools="pytest pytest-timeout pytest-xdist hypothesis rank-bm25 tyro tqdm fastapi uvicorn"  # the benchmarks the tests load need tyro/tqdm; the server tests fastapi/uvicorn
 echo "[min-deps] core requirements at their lower bounds: $pins"
 exec 3>&2 2> >(grep -v "is ignored: it is neither a file nor a directory" >&3)
 "$venv/bin/python" -m pip install -q --upgrade "pip>=24"
@@ -57,4 +57,4 @@ exec 2>&3 3>&-
 if [ "$#" -eq 0 ]; then
   set -- -q tests/agent_gym -k "not TextWorld and not test_the_built_ins_go_through_the_same_helper and not test_searches_in_flight_are_capped"
 fi
-exec "$venv/bin/python" -m pytest -p no:cacheprovider "$@"
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -n auto --maxprocesses 4 "$@"

@@ -27,10 +27,9 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from agent_gym.core.files import write_atomic
-from agent_trainers.experiments.plan import ARCHIVED, Run
+from agent_trainers.experiments.plan import ARCHIVED, Run, read_json
 from agent_trainers.experiments.protocol import CHOICES, TEST_LOG, ProtocolError
 from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
 
@@ -41,10 +40,6 @@ RUN_FILES = (RUN_CONFIG, "config.yaml", "metrics.jsonl")
 EVAL_FILES = ("spec.json", "summary.json")
 """What an evaluation folder keeps, besides ``episodes.jsonl`` without trajectories (its Markdown and CSV tables
 are made from these)."""
-
-
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _copy_evaluation(src: Path, dst: Path) -> None:
@@ -66,7 +61,7 @@ def _copy_evaluation(src: Path, dst: Path) -> None:
 def _merge(src: Path, dst: Path, names: set[str]) -> None:
     """Copy the entries of ``names`` from the sweep file ``src`` into ``dst`` (both ``{run: entry}`` files, or
     ``choices.json``, whose runs are a list under one sweep digest)."""
-    given, kept = _read(src), _read(dst)
+    given, kept = read_json(src), read_json(dst)
     if src.name == CHOICES:
         if kept and given and kept.get("sweep") != given.get("sweep"):
             raise ProtocolError(
@@ -75,7 +70,7 @@ def _merge(src: Path, dst: Path, names: set[str]) -> None:
             )
         runs = {e["run"]: e for e in kept.get("runs", [])}
         runs.update({e["run"]: e for e in given.get("runs", []) if e["run"] in names})
-        merged = {**given, **kept, "runs": list(runs.values())} if kept else {**given, "runs": list(runs.values())}
+        merged = {**given, **kept, "runs": list(runs.values())}
     else:
         merged = {**kept, **{k: v for k, v in given.items() if k in names}}
     write_atomic(dst, json.dumps(merged, indent=1) + "\n")

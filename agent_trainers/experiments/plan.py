@@ -13,6 +13,7 @@ evaluation, with the run's seed and folder, and:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,13 @@ class Run:
     def archived(self) -> bool:
         """Restored from a sweep's archive (:mod:`.archive`): its results without its weights."""
         return (self.folder / ARCHIVED).is_file()
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """A sweep folder's JSON file (``choices.json``, ``test_log.json``, ``costs.json``); ``{}`` when none was
+    written yet."""
+    path = Path(path)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def with_settings(config: TrainConfig, settings: Mapping[str, Any]) -> TrainConfig:

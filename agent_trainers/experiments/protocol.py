@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_gym.core.files import write_atomic
-from agent_trainers.experiments.plan import Run
+from agent_trainers.experiments.plan import Run, read_json
 from agent_trainers.experiments.spec import Choose, Stage, SweepSpec, TaskSet
 
 __all__ = [
@@ -151,10 +151,6 @@ def _choice_digest(spec: SweepSpec, choice: Choice, sweep: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def check_definition(out: str | Path, sweep: str) -> None:
     """Refuse a sweep folder whose test set was evaluated under another definition (digest) than ``sweep``.
 
@@ -162,7 +158,7 @@ def check_definition(out: str | Path, sweep: str) -> None:
         ProtocolError: It was; the message says when and what to do.
     """
     folder = Path(out)
-    tested = _read(folder / TEST_LOG)
+    tested = read_json(folder / TEST_LOG)
     other = sorted({e["sweep"] for e in tested.values()} - {sweep})
     if other:
         when = min(e["evaluated_at"] for e in tested.values() if e["sweep"] in other)
@@ -185,8 +181,8 @@ def freeze_choices(spec: SweepSpec, runs: Sequence[Run], out: str | Path, sweep:
     sweep = sweep or sweep_digest(spec)
     folder = Path(out)
     check_definition(folder, sweep)
-    tested = _read(folder / TEST_LOG)
-    previous = _read(folder / CHOICES)
+    tested = read_json(folder / TEST_LOG)
+    previous = read_json(folder / CHOICES)
     entries = {e["run"]: e for e in previous.get("runs", [])} if previous.get("sweep") == sweep else {}
     for choice in make_choices(spec, runs):
         digest = _choice_digest(spec, choice, sweep)
@@ -223,7 +219,7 @@ def evaluate_test(
     sweep = sweep or sweep_digest(spec)
     frozen = freeze_choices(spec, runs, folder, sweep)  # refuses choices other than the test set's
     chosen = {c["run"]: c for c in frozen["runs"]}
-    log = _read(folder / TEST_LOG)
+    log = read_json(folder / TEST_LOG)
     test: TaskSet = spec.test
     for k, run in enumerate(runs, 1):
         target, choice = folder / "test" / run.name, chosen[run.name]
@@ -249,7 +245,7 @@ def frozen_test_folders(spec: SweepSpec, runs: Sequence[Run], out: str | Path) -
         ProtocolError: A run's test figure was not made under its frozen choice, or is missing.
     """
     folder = Path(out)
-    frozen, log = _read(folder / CHOICES), _read(folder / TEST_LOG)
+    frozen, log = read_json(folder / CHOICES), read_json(folder / TEST_LOG)
     if not frozen:
         raise ProtocolError(f"{folder} has no {CHOICES}: no test figure is reported before the choices are frozen")
     chosen = {c["run"]: c["digest"] for c in frozen["runs"]}

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from agent_gym.core.files import write_atomic
-from agent_trainers.experiments.plan import Run
+from agent_trainers.experiments.plan import Run, read_json
 
 __all__ = ["COSTS", "RUN_CONFIG", "Cost", "read_costs", "run_all", "run_in_process", "run_in_subprocess", "watch_child"]
 
@@ -122,8 +122,7 @@ def run_in_process(run: Run) -> Cost:
 
 def read_costs(out: str | Path) -> dict[str, dict[str, float | None]]:
     """``costs.json`` of a sweep folder (empty when none was written)."""
-    path = Path(out) / COSTS
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return read_json(Path(out) / COSTS)
 
 
 def run_all(

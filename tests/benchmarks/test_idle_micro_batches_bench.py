@@ -9,6 +9,7 @@ from tests.conftest import load_script
 bench = load_script("benchmarks/idle_micro_batches.py", "bench_idle_micro_batches")
 
 
+@pytest.mark.slow  # ~15-27 s (four tiny runs); CI runs it after the default suite
 def test_the_quick_runs_play_the_same_episodes_and_end_with_the_same_weights(tmp_path, capsys):
     bench.main(["--quick", "--out", str(tmp_path)])
     out = capsys.readouterr().out

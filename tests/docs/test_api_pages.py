@@ -59,6 +59,7 @@ def test_the_doc_tools_can_format_signatures():
     any(importlib.util.find_spec(m) is None for m in ("mkdocs", "material", "mkdocstrings_handlers.python", "ruff")),
     reason="the doc tools are not installed (pip install -r docs/requirements.txt)",
 )
+@pytest.mark.slow  # ~20 s (a site build); CI runs it after the default suite
 def test_the_strict_build_links_every_role_and_formats_signatures(tmp_path):
     site = tmp_path / "site"
     done = subprocess.run(

@@ -160,7 +160,20 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+# Each damage costs a rebuild (~3 s): one of each kind runs in the default suite, the rest are slow tests (CI runs
+# them after the default suite).
+DEFAULT_DAMAGE = {
+    "truncated-z8", "garbage-meta", "random-z8", "another-games-story", "deep-meta", "entry-linked-outside",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(damage, id=name, marks=() if name in DEFAULT_DAMAGE else pytest.mark.slow)
+        for name, damage in DAMAGE.items()
+    ],
+)
 def test_a_corrupt_or_forged_entry_is_rebuilt_with_a_warning(cache, pristine, damage):
     root, entry = cache
     damage(entry)

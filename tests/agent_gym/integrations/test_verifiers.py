@@ -126,6 +126,7 @@ def test_load_environment_builds_the_env_and_its_taskset():
     )
 
 
+@pytest.mark.slow  # ~20 s (vf-eval in a subprocess); CI runs it after the default suite
 def test_the_vf_eval_command_line(tmp_path):
     policy = oracle_policy("AgentR1/SQLite-v0", [0, 1])
     with background_uvicorn(make_chat_app(policy)) as url:

@@ -114,6 +114,7 @@ def browser_page(page_path: Path, profile: Path):
             context.close()
 
 
+@pytest.mark.slow  # ~17 s (a browser); CI runs it after the default suite
 @needs_chromium
 def test_the_page_in_headless_chromium(episodes, tmp_path, smollm2_tokenizer):
     page_path = write_viewer(thousand(episodes, tmp_path), tmp_path / "view.html", smollm2_tokenizer)

@@ -25,6 +25,7 @@ def tiny_sweep(**update):
     })  # fmt: skip
 
 
+@pytest.mark.slow  # ~60 s (two tiny sweeps); CI runs it after the default suite
 def test_a_sweep_grows_by_a_seed_on_another_machine_from_its_archive(tmp_path, one_thread):
     archive, first, second = tmp_path / "archive", tmp_path / "machine1", tmp_path / "machine2"
     said: list[str] = []

@@ -106,6 +106,7 @@ def test_steps_to_reach_the_start_plus_a_margin_read_the_dev_curve(tmp_path):
     assert report.speed_table(runs[:1], "em") == ""
 
 
+@pytest.mark.slow  # ~30 s (a tiny sweep); CI runs it after the default suite
 def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread):
     spec = SweepSpec.model_validate({
         "recipe": "tiny", "set": {"sft.episodes": 2, "rl.steps": 2, "eval.every": 1, "rl.save_steps": 1},

@@ -44,6 +44,7 @@ def records(tmp_path):
     return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # ~40 s (a run, killed and resumed); CI runs it after the default suite
 def test_train_writes_metrics_plots_checkpoints_tensorboard_and_resumes(tmp_path, capsys):
     assert main(["train", "--config", str(write_config(tmp_path, 2, report_to="tensorboard"))]) == 0
     run = tmp_path / "run"

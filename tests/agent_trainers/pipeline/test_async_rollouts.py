@@ -36,8 +36,8 @@ def without_async(records):
     return [{k: v for k, v in r.items() if not k.startswith(("async/", "offpolicy/"))} for r in records]
 
 
-# PPO's equality is slow (CI runs it after the default suite): the default suite keeps GRPO's
-@pytest.mark.parametrize("algorithm", ["grpo", pytest.param("ppo", marks=pytest.mark.slow)])
+@pytest.mark.slow  # ~50 s each (two runs); CI runs it after the default suite
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
 def test_staleness_0_is_the_synchronous_run(tmp_path, one_thread, algorithm):
     """Same rollouts, rewards, losses and gradient norms step by step, and the same final weights: the worker
     generates each call with the current weights and the same seeds as the trainer would."""
@@ -72,11 +72,8 @@ def test_a_stale_run_killed_and_resumed_equals_the_uninterrupted_one(tmp_path, o
     assert not same_weights(weights(sync), weights(straight))
 
 
-@pytest.mark.parametrize(
-    "algorithm",
-    # grpo and ppo also run above; the other four are slow tests (.ci/run runs them after the default suite)
-    [a if a == "ppo" else pytest.param(a, marks=pytest.mark.slow) for a in ALGORITHMS],
-)
+@pytest.mark.slow  # ~35 s each; CI runs it after the default suite
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_trains_on_stale_batches_and_logs_it(tmp_path, one_thread, algorithm):
     out = tmp_path / algorithm
     run_training(async_config(out, algorithm, importance_sampling="token_mask", importance_cap=1.5))

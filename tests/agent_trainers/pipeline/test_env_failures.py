@@ -36,7 +36,8 @@ def write_config(tmp_path, env_id, **rl):
         ("Test/NaNBonus-v0", "agent-r1 train: error: Test/NaNBonus-v0: reward term bonus = nan at turn 1 of task "),
     ],
 )
-@pytest.mark.parametrize("asynchronous", [False, True])
+# the asynchronous runs start a generation worker (~25 s each): slow tests, which CI runs after the default suite
+@pytest.mark.parametrize("asynchronous", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_failing_env_stops_training_with_one_line(tmp_path, capsys, one_thread, env_id, line, asynchronous):
     assert main(["train", "--config", str(write_config(tmp_path, env_id, async_rollouts=asynchronous))]) == 2
     err = capsys.readouterr().err.strip()

@@ -101,6 +101,7 @@ def test_a_run_without_a_valid_config_is_a_one_line_error(make, message, tmp_pat
     assert err.startswith("agent-r1 eval: error:") and message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # ~55 s (a training run, then three evaluations); CI runs it after the default suite
 def test_a_trained_agent_evaluated_with_its_run_s_settings_scores_what_the_run_recorded(tmp_path, one_thread):
     run = tmp_path / "run"
     sets = {

@@ -53,6 +53,7 @@ def test_micro_batches_of_one_and_of_a_group_give_the_same_step(tmp_path, one_th
     assert step_2["loss"] == pytest.approx(step_1["loss"], abs=1e-5)
 
 
+@pytest.mark.slow  # ~20 s; CI runs it after the default suite
 def test_gradient_checkpointing_gives_the_same_step_with_the_shared_prompt(tmp_path, one_thread):
     _, plain = run(tmp_path / "plain", 2)
     _, checkpointed = run(tmp_path / "checkpointed", 2, checkpointing=True)
@@ -71,6 +72,7 @@ class Checkpointing(TrainerCallback):
         self.seen = (args.gradient_checkpointing, model.is_gradient_checkpointing)
 
 
+@pytest.mark.slow  # ~18 s each; CI runs it after the default suite
 @pytest.mark.parametrize("on", [False, True])
 def test_rl_sets_gradient_checkpointing_whatever_sft_left(tmp_path, one_thread, on):
     config = config_from_dict({

@@ -83,14 +83,16 @@ DAMAGE = {  # what happened to checkpoint-2 since it was written, by algorithm (
 }
 
 
-# GRPO (TRL's checkpoints) and PPO (accelerate's) in the default suite; the other four damage kinds are slow tests
-# (~12 s each; .ci/run runs them after the default suite)
+# GRPO (TRL's checkpoints) in the default suite; PPO (accelerate's, ~35 s) and the other four damage kinds are slow
+# tests (~12-30 s each; .ci/run runs them after the default suite)
 @pytest.mark.parametrize(
     "algorithm",
     [
         "grpo",
-        *(pytest.param(a, marks=pytest.mark.slow) for a in ("rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo")),
-        "ppo",
+        *(
+            pytest.param(a, marks=pytest.mark.slow)
+            for a in ("rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo", "ppo")
+        ),
     ],
 )
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_thread, algorithm):

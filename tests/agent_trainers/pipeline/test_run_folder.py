@@ -11,6 +11,7 @@ from agent_trainers.pipeline.train import run_training
 from tests.agent_trainers.pipeline.test_resume import config, rl_records
 
 
+@pytest.mark.slow  # ~30 s (three runs in one folder); CI runs it after the default suite
 def test_a_folder_holds_one_run(tmp_path, one_thread):
     """A second run (another learning rate) in a used folder is refused unless told: --resume must match the run's
     settings (its config.yaml and its newest checkpoint), --overwrite clears the first run's files first. Before,

@@ -59,6 +59,7 @@ class Cut(Exception):
     """Stands for a kill in the middle of an evaluation."""
 
 
+@pytest.mark.slow  # ~18 s; CI runs it after the default suite
 def test_a_resume_redoes_the_after_sft_evaluation_a_kill_cut(tmp_path, monkeypatch):
     """Killed while evaluating the SFT model (SFT's DONE already written): the resumed run reloads SFT and evaluates
     it again, so ``eval/after_sft`` gets its summary (a sweep's report reads it); a finished one is not redone."""

@@ -125,6 +125,7 @@ def test_each_call_is_generated_with_the_weights_of_its_version(model, one_threa
     assert [(t.completion_ids, t.logprobs) for t in second] == played(new, 1, (2, 3))
 
 
+@pytest.mark.slow  # ~18 s (a worker process); CI runs it after the default suite
 def test_a_call_whose_tasks_were_mispredicted_is_generated_afresh(model):
     m, tok = model
     with AsyncRollouts(rollouts(ScriptedLookupFactory()), m, tok, max_staleness=1) as pool:
@@ -143,6 +144,7 @@ class ScriptedLookupFactory:
         return ScriptedLookup(tok)
 
 
+@pytest.mark.slow  # ~18 s (a worker process); CI runs it after the default suite
 def test_a_killed_worker_is_an_error_naming_it_within_seconds(model):
     m, tok = model
     pool = AsyncRollouts(rollouts(slow_scripted), m, tok, max_staleness=1, timeout=60)
@@ -158,6 +160,7 @@ def test_a_killed_worker_is_an_error_naming_it_within_seconds(model):
         pool.close()
 
 
+@pytest.mark.slow  # ~18 s (a worker process); CI runs it after the default suite
 def test_a_hung_worker_times_out_with_the_setting_named(model):
     m, tok = model
     pool = AsyncRollouts(rollouts(hanging), m, tok, max_staleness=1, timeout=2)
@@ -245,7 +248,8 @@ def gone(pid, within_s=30.0):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
-@pytest.mark.parametrize("how", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # ~12 s each
+@pytest.mark.slow  # ~12-28 s each (two processes); CI runs it after the default suite
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_the_worker_dies_with_its_trainer_and_holds_no_named_semaphore(how):
     """A trainer killed (kill -9, or SIGTERM) takes its generation worker with it, and neither ever mapped a named
     semaphore (a multiprocessing queue, lock or value would: /dev/shm/sem.*, left there by a kill of both)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agent_trainers.rollout import load_jsonl
 from agent_trainers.rollout.cli import run_rollout_cli
 from tests.agent_trainers.conftest import LOOKUP_ID
@@ -41,6 +43,7 @@ def test_bad_options_are_one_line_errors(tmp_path, capsys):
     assert "positive multiple of --group-size" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # ~20 s (three commands in subprocesses); CI runs it after the default suite
 def test_a_module_id_is_imported_from_the_working_folder_as_train_and_eval_do(tmp_path):
     """``agent-r1 rollout --env units_env:Newcomer/Units-v0`` beside units_env.py printed "No module named ''"
     where ``train`` and ``eval`` take the same id (issue 41.2); a misspelt module is named in one line."""
