@@ -27,6 +27,7 @@ exec bash "$root/scripts/test.sh" -q -m slow \
   tests/agent_trainers/experiments/test_sweep_archive.py \
   tests/agent_trainers/experiments/test_sweep_report.py \
   tests/agent_trainers/algorithms/trl_adapter/test_grpo_multiprocess.py \
+  tests/agent_trainers/algorithms/sft/test_sft.py \
   tests/agent_gym/integrations/test_verifiers.py \
   tests/agent_gym/envs/test_textworld_games.py \
   tests/docs/test_code_blocks.py \

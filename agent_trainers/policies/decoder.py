@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_trainers.policies.cache import smollm2_cache_dir
+from agent_trainers.policies.cache import smollm2_cache_dir, smollm2_tokenizer_cache_dir
 
 __all__ = ["TokenizerFile", "load_decoder", "tokenizer_file"]
 
@@ -49,7 +49,8 @@ def tokenizer_file(name_or_path: str | Path) -> Path | None:
     None when there is none yet."""
     name = str(name_or_path)
     if name in ("smollm2", "tiny-random"):
-        folder = smollm2_cache_dir()
+        whole, alone = smollm2_cache_dir() / "tokenizer.json", smollm2_tokenizer_cache_dir() / "tokenizer.json"
+        return whole if whole.is_file() else alone if alone.is_file() else None
     elif Path(name).expanduser().is_dir():
         folder = Path(name).expanduser()
     else:

@@ -47,7 +47,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from agent_trainers.policies.cache import cache_root, smollm2_cache_dir
+from agent_trainers.policies.cache import cache_root, smollm2_cache_dir, smollm2_tokenizer_cache_dir
 from agent_trainers.policies.device import Device, resolve_device
 from agent_trainers.policies.sampling import token_id
 
@@ -184,6 +184,27 @@ def _smollm2_dir() -> Path:
     return _ensure_smollm2_cache(path)
 
 
+def _smollm2_tokenizer_dir() -> Path:
+    """The checkpoint's folder when it was converted, else the tokenizer's own (converted here, once): a tokenizer
+    needs no dequantized weights."""
+    full = smollm2_cache_dir()
+    if (full / "model.safetensors").is_file() and (full / "tokenizer_config.json").is_file():
+        return full
+    folder = smollm2_tokenizer_cache_dir()
+    if (folder / "tokenizer_config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    tokenizer.save_pretrained(tmp)
+    if folder.exists():  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.replace(folder)
+    return folder
+
+
 @cache
 def _smollm2_tokenizer_cached() -> PreTrainedTokenizerBase:
     return load_tokenizer("smollm2")
@@ -246,7 +267,8 @@ def load_tokenizer(name_or_path: str | Path = "smollm2", *, local_files_only: bo
     """
     name = "smollm2" if str(name_or_path) == "tiny-random" else name_or_path
     try:
-        tok = AutoTokenizer.from_pretrained(_source(name), local_files_only=local_files_only)
+        source = str(_smollm2_tokenizer_dir()) if str(name) == "smollm2" else _source(name)
+        tok = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
     except OSError as exc:
         raise FileNotFoundError(f"cannot load a tokenizer from {name!s}: {exc}") from exc
     if name == "smollm2":

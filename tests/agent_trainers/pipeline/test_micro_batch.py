@@ -43,6 +43,7 @@ def run(out, micro_batch, checkpointing=False):
     return seen.seen, next(r for r in rows if r["stage"] == "rl" and "loss" in r)
 
 
+@pytest.mark.slow  # ~20 s; CI runs it after the default suite
 def test_micro_batches_of_one_and_of_a_group_give_the_same_step(tmp_path, one_thread):
     seen_1, step_1 = run(tmp_path / "one", 1)
     seen_2, step_2 = run(tmp_path / "group", 2)

@@ -174,6 +174,7 @@ def test_a_hung_worker_times_out_with_the_setting_named(model):
         pool.close()
 
 
+@pytest.mark.slow  # ~18 s (a worker process); CI runs it after the default suite
 def test_a_failing_job_raises_its_traceback(model):
     m, tok = model
     with AsyncRollouts(rollouts(ScriptedLookupFactory()), m, tok) as pool:

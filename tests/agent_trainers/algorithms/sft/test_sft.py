@@ -58,6 +58,7 @@ def test_non_prefix_stable_template_is_rejected():
         tokenize_episode([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], tok)
 
 
+@pytest.mark.slow  # ~26 s; CI runs it after the default suite
 def test_run_sft_lowers_the_loss_on_assistant_tokens(tmp_path):
     model, tok = tiny_random_model()
     episodes = oracle_episodes(ENV_ID, [0, 1, 2, 3])
