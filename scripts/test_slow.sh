@@ -16,6 +16,7 @@ exec bash "$root/scripts/test.sh" -q -m slow \
   tests/agent_trainers/rollout/test_rollout_cli.py \
   tests/agent_trainers/evaluation/test_durable_writes.py \
   tests/agent_trainers/evaluation/test_viewer.py \
+  tests/agent_trainers/evaluation/test_view_command.py \
   tests/agent_trainers/pipeline/test_async_rollouts.py \
   tests/agent_trainers/pipeline/test_resume.py \
   tests/agent_trainers/pipeline/test_agent_r1_cli.py \

@@ -54,6 +54,7 @@ def sqlite_eval(tmp_path_factory) -> Path:
     return work
 
 
+@pytest.mark.slow  # its fixture runs agent-r1 eval in a subprocess (~20 s); CI runs it after the default suite
 def test_the_eval_page_shows_the_gold_the_env_feedback_and_the_cut_replies(sqlite_eval):
     done = run_agent_r1("view", "ev/episodes.jsonl", "-o", "view.html", cwd=sqlite_eval)
     assert done.returncode == 0, done.stderr
@@ -97,6 +98,7 @@ def test_runs_of_blank_lines_are_one_counted_line(tmp_path):
     assert views[4] == {"label": "assistant", "text": "", "note": note}
 
 
+@pytest.mark.slow  # the same fixture, and two subprocesses; CI runs it after the default suite
 def test_view_imports_nothing_heavy(sqlite_eval, smollm2_tokenizer):
     """Not even to draw the tokens: SmolLM2's converted tokenizer.json is read by the tokenizers library (the
     fixture makes that file, as the first load of smollm2 does)."""
