@@ -160,8 +160,9 @@ DAMAGE = {
 }
 
 
-# Each damage costs a rebuild (~3 s): one of each kind runs in the default suite, the rest are slow tests (CI runs
-# them after the default suite).
+# Each damage costs a rebuild (~3 s): the default suite keeps one of each family (a cut file, a bad meta.json, a
+# forged story, another game's files, deep JSON, a link out of the cache); the rest are slow tests, which CI runs
+# after the default suite (scripts/test_slow.sh).
 DEFAULT_DAMAGE = {
     "truncated-z8", "garbage-meta", "random-z8", "another-games-story", "deep-meta", "entry-linked-outside",
 }  # fmt: skip

@@ -84,7 +84,7 @@ DAMAGE = {  # what happened to checkpoint-2 since it was written, by algorithm (
 
 
 # GRPO (TRL's checkpoints) in the default suite; PPO (accelerate's, ~35 s) and the other four damage kinds are slow
-# tests (~12-30 s each; .ci/run runs them after the default suite)
+# tests (~12-35 s each; CI runs them after the default suite: scripts/test_slow.sh)
 @pytest.mark.parametrize(
     "algorithm",
     [
