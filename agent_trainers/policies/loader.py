@@ -156,9 +156,26 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
 
 
 # ------------------------------------------------------------------ SmolLM2
+def _checkpoint_converted(cache_dir: Path) -> bool:
+    return (cache_dir / "model.safetensors").is_file() and (cache_dir / "tokenizer_config.json").is_file()
+
+
+def _publish(folder: Path, *parts: Any) -> Path:
+    """Save ``parts`` (objects with ``save_pretrained``) into a folder of this process's own, then move it to
+    ``folder`` in one step; where another process finished first, its folder is kept."""
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    for part in parts:
+        part.save_pretrained(tmp)
+    if folder.exists():  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.replace(folder)
+    return folder
+
+
 def _ensure_smollm2_cache(cache_dir: Path) -> Path:
     """Convert the GGUF file into a safetensors checkpoint in ``cache_dir`` (once)."""
-    if (cache_dir / "model.safetensors").is_file() and (cache_dir / "tokenizer_config.json").is_file():
+    if _checkpoint_converted(cache_dir):
         return cache_dir
     from transformers import GgufConfig
 
@@ -167,15 +184,7 @@ def _ensure_smollm2_cache(cache_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), **kwargs, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
     )
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
-    tmp = cache_dir.with_name(cache_dir.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if cache_dir.exists():  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.replace(cache_dir)
-    return cache_dir
+    return _publish(cache_dir, model, AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs))
 
 
 def _smollm2_dir() -> Path:
@@ -188,11 +197,14 @@ def _smollm2_tokenizer_dir() -> Path:
     """The checkpoint's folder when it was converted, else the tokenizer's own (converted here, once): a tokenizer
     needs no dequantized weights."""
     full = smollm2_cache_dir()
-    if (full / "model.safetensors").is_file() and (full / "tokenizer_config.json").is_file():
+    if _checkpoint_converted(full):
         return full
     folder = smollm2_tokenizer_cache_dir()
     if (folder / "tokenizer_config.json").is_file():
         return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    gguf = smollm2_gguf_path()
+    return _publish(folder, AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name))
     folder.parent.mkdir(parents=True, exist_ok=True)
     gguf = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
