@@ -218,6 +218,7 @@ def run_sft_stage(state: RunState) -> None:
         learning_rate=c.sft.learning_rate,
         per_device_train_batch_size=c.sft.batch_size,
         max_length=c.sft.max_length,
+        gradient_checkpointing=c.sft.gradient_checkpointing,
         seed=c.seed,
     )
     state.model.train()
@@ -344,7 +345,7 @@ def run_trl_rl_stage(state: RunState) -> None:
         r, settings, c.rollout, output_dir=out, seed=c.seed, device=c.device, bf16=c.bf16, report_to=c.report_to
     )
     if not settings.gradient_checkpointing and getattr(state.model, "is_gradient_checkpointing", False):
-        state.model.gradient_checkpointing_disable()  # left on by the SFT stage; TRL would keep it
+        state.model.gradient_checkpointing_disable()  # left on by SFT (sft.gradient_checkpointing); TRL would keep it
     trainer = AgentGRPOTrainer(
         model=state.model,
         reward_funcs=[env_reward],

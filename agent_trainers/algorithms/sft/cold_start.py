@@ -4,7 +4,8 @@ Small instruct models never emit a tool call by themselves (SmolLM2-135M: 0
 in 9 greedy tries), so RL has nothing to reinforce. We first play each
 training task with the env's oracle (``env.unwrapped.oracle_action()``),
 then fine-tune with TRL's :class:`~trl.SFTTrainer` on the assistant tokens
-only.
+only (:class:`~agent_trainers.algorithms.sft.trainer.AgentSFTTrainer`: on a CPU
+its LM head runs on those tokens alone).
 
 The chats are tokenized by the rollout layer's incremental tokenizer
 (:func:`agent_trainers.rollout.tokenize_chat`): each message is rendered once,
@@ -23,9 +24,10 @@ from typing import Any, Protocol, cast
 
 import gymnasium as gym
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from trl import SFTConfig, SFTTrainer
+from trl import SFTConfig
 
 import agent_gym  # noqa: F401  (registers the environments)
+from agent_trainers.algorithms.sft.trainer import AgentSFTTrainer
 from agent_trainers.algorithms.shared.console import progress_bar_only
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite
 from agent_trainers.algorithms.shared.settings import ReportTo, device_args
@@ -135,8 +137,8 @@ def run_sft(
     args: SFTConfig,
     *,
     print_logs: bool = True,
-) -> SFTTrainer:
-    """Fine-tune ``model`` on the assistant tokens of ``episodes`` with TRL's SFTTrainer.
+) -> AgentSFTTrainer:
+    """Fine-tune ``model`` on the assistant tokens of ``episodes`` with TRL's SFTTrainer (:class:`AgentSFTTrainer`).
 
     Args:
         model: The policy (trained in place).
@@ -162,7 +164,7 @@ def run_sft(
     for e in episodes:
         row = tokenize_chat(chat, e.messages)
         rows.append({"input_ids": row.input_ids, "assistant_masks": row.assistant_masks})
-    trainer = SFTTrainer(
+    trainer = AgentSFTTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(rows),

@@ -57,7 +57,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import torch
 from torch import nn
@@ -71,7 +71,9 @@ from agent_trainers.policies.kv_cache import CacheLayer, layer_kv, supports_kv_r
 
 __all__ = [
     "TOKEN_CHUNK",
+    "ChunkScores",
     "chunked_logprobs",
+    "chunked_scores",
     "completion_states",
     "freeze",
     "frozen_copy",
@@ -143,14 +145,55 @@ def supports_scored_logprobs(model: Any) -> bool:
     return head is not None and not isinstance(head.weight, DTensor)
 
 
+class ChunkScores(NamedTuple):
+    """What :func:`chunked_scores` gives for ``N`` target tokens."""
+
+    logprobs: torch.Tensor
+    """``(N,)`` float32 log-probs of the targets."""
+    entropies: torch.Tensor
+    """``(N,)`` float32 entropies of the distributions (0 unless asked)."""
+    top1: torch.Tensor
+    """``(N,)`` bool: the target is the first most likely token (False unless asked)."""
+
+
 def _chunk_scores(
-    hidden: torch.Tensor, targets: torch.Tensor, lm_head: nn.Module, temperature: float, entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+    hidden: torch.Tensor, targets: torch.Tensor, lm_head: nn.Module, temperature: float, entropy: bool, top1: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     logits = lm_head(hidden).float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else torch.zeros_like(logp)
-    return logp, ent
+    hit = logits.argmax(-1) == targets if top1 else torch.zeros_like(targets, dtype=torch.bool)
+    return logp, ent, hit
+
+
+def chunked_scores(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    lm_head: nn.Module,
+    *,
+    temperature: float,
+    chunk: int = TOKEN_CHUNK,
+    entropy: bool = False,
+    top1: bool = False,
+) -> ChunkScores:
+    """Log-probs of ``targets`` from ``(N, H)`` hidden states, ``chunk`` rows of logits at a time; on request the
+    entropies and whether each target is the argmax (the first one, as ``torch.argmax`` and TRL's token accuracy).
+
+    With gradients enabled each chunk is checkpointed (recomputed in backward),
+    so at most one ``chunk x vocabulary`` block of logits is alive.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 (got {chunk})")
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for s in range(0, hidden.shape[0], chunk) or [0]:  # no rows: one empty chunk, still attached to the graph
+        h, y = hidden[s : s + chunk], targets[s : s + chunk]
+        if grad:
+            parts.append(checkpoint(_chunk_scores, h, y, lm_head, temperature, entropy, top1, use_reentrant=False))
+        else:
+            parts.append(_chunk_scores(h, y, lm_head, temperature, entropy, top1))
+    return ChunkScores(*(torch.cat([p[i] for p in parts]) for i in range(3)))
 
 
 def chunked_logprobs(
@@ -162,25 +205,13 @@ def chunked_logprobs(
     chunk: int = TOKEN_CHUNK,
     entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs (and entropies) of ``targets`` from ``(N, H)`` hidden states, ``chunk`` rows of logits at a time.
-
-    With gradients enabled each chunk is checkpointed (recomputed in backward),
-    so at most one ``chunk x vocabulary`` block of logits is alive.
+    """Log-probs (and entropies) of ``targets`` from ``(N, H)`` hidden states (:func:`chunked_scores`).
 
     Returns:
         ``(logprobs, entropies)``, each ``(N,)`` float32 (entropies are 0 unless ``entropy``).
     """
-    if chunk < 1:
-        raise ValueError(f"chunk must be >= 1 (got {chunk})")
-    grad = torch.is_grad_enabled() and hidden.requires_grad
-    parts = []
-    for s in range(0, hidden.shape[0], chunk) or [0]:  # no rows: one empty chunk, still attached to the graph
-        h, y = hidden[s : s + chunk], targets[s : s + chunk]
-        if grad:
-            parts.append(checkpoint(_chunk_scores, h, y, lm_head, temperature, entropy, use_reentrant=False))
-        else:
-            parts.append(_chunk_scores(h, y, lm_head, temperature, entropy))
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    scores = chunked_scores(hidden, targets, lm_head, temperature=temperature, chunk=chunk, entropy=entropy)
+    return scores.logprobs, scores.entropies
 
 
 def completion_states(

@@ -71,7 +71,7 @@ class TRLSettings(BaseModel):
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: each layer keeps only its input (less memory, one
     more forward of compute). The shared prompt of ``micro_batch`` stays shared. Set for the RL stage
-    whatever the SFT stage left (TRL's SFT turns it on)."""
+    whatever the SFT stage left (``sft.gradient_checkpointing``)."""
     loss_type: LossType = LossType.DAPO
     """TRL's loss aggregation."""
     vllm: VLLMMode = VLLMMode.NONE

@@ -80,7 +80,7 @@ def test_rl_sets_gradient_checkpointing_whatever_sft_left(tmp_path, one_thread, 
         "seed": 3, "output_dir": str(tmp_path), "device": "cpu", "model": {"name": "tiny-random"},
         "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024},
-        "sft": {"episodes": 2, "batch_size": 2},  # TRL's SFT turns checkpointing on and leaves it on
+        "sft": {"episodes": 2, "batch_size": 2, "gradient_checkpointing": True},  # SFT leaves it on
         "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 1},
         "grpo": {"gradient_checkpointing": on},
         "eval": {"tasks": 1, "every": 0, "before": False},

@@ -72,6 +72,28 @@ def test_run_sft_lowers_the_loss_on_assistant_tokens(tmp_path):
         run_sft(model, tok, [], args)
 
 
+@pytest.mark.slow  # two SFT runs, ~20 s of CPU; CI runs it after the default suite
+def test_gradient_checkpointing_trains_the_same_weights_on_and_off(tmp_path):
+    """TRL's SFTConfig turns checkpointing on (sft.gradient_checkpointing's default); on, it recomputes the same
+    numbers: two SFT steps give bit-identical weights either way (fp32 on a CPU, no dropout)."""
+    import hashlib
+
+    episodes = oracle_episodes(ENV_ID, [0, 1, 2, 3])
+    assert make_sft_config(device="cpu", output_dir=str(tmp_path)).gradient_checkpointing is True
+    digests, used = [], []
+    for on in (False, True):
+        model, tok = tiny_random_model()
+        args = make_sft_config(
+            device="cpu", output_dir=str(tmp_path / str(on)), max_steps=2, per_device_train_batch_size=2,
+            learning_rate=3e-3, gradient_checkpointing=on, seed=0,
+        )  # fmt: skip
+        run_sft(model, tok, episodes, args, print_logs=False)
+        used.append(bool(model.is_gradient_checkpointing))
+        digests.append(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
+    assert used == [False, True]
+    assert digests[0] == digests[1]
+
+
 def test_flawed_share_picks_the_same_episodes_every_run_and_they_carry_the_flaw():
     import random
 
