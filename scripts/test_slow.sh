@@ -13,6 +13,7 @@ exec bash "$root/scripts/test.sh" -q -m slow \
   tests/benchmarks/test_learning_smoke.py \
   tests/benchmarks/test_idle_micro_batches_bench.py \
   tests/benchmarks/test_sft_bench.py \
+  tests/agent_trainers/policies/test_loader.py \
   tests/agent_trainers/rollout/test_ray_pool.py \
   tests/agent_trainers/rollout/test_async_worker.py \
   tests/agent_trainers/rollout/test_rollout_cli.py \

@@ -205,16 +205,6 @@ def _smollm2_tokenizer_dir() -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     gguf = smollm2_gguf_path()
     return _publish(folder, AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name))
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    gguf = smollm2_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    tokenizer.save_pretrained(tmp)
-    if folder.exists():  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.replace(folder)
-    return folder
 
 
 @cache

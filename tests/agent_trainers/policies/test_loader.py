@@ -73,3 +73,21 @@ def test_devices():
             resolve_device("cuda")
     with pytest.raises(ValueError, match="dtype must be 'auto' or one of"):
         load_model("tiny-random", device="cpu", dtype="float8")
+
+
+@pytest.mark.slow  # converts SmolLM2's tokenizer alone (~22 s) and then the whole checkpoint (~75 s); CI runs it
+def test_the_tokenizer_converted_alone_is_the_one_saved_with_the_checkpoint(tmp_path, monkeypatch):
+    """Before the checkpoint is converted, the tokenizer is converted on its own; both conversions must write the
+    same files, byte for byte, so that a run tokenizes the same way whichever of the two it found."""
+    from agent_trainers.policies.cache import smollm2_cache_dir, smollm2_tokenizer_cache_dir
+
+    monkeypatch.setenv("AGENT_R1_CACHE", str(tmp_path))
+    alone = load_tokenizer("smollm2")
+    assert smollm2_tokenizer_cache_dir().is_dir() and not smollm2_cache_dir().exists()
+    _, with_checkpoint = load_model("smollm2", device="cpu")
+    files = sorted(p.name for p in smollm2_tokenizer_cache_dir().iterdir())
+    assert "tokenizer_config.json" in files and "tokenizer.json" in files
+    for name in files:
+        assert (smollm2_tokenizer_cache_dir() / name).read_bytes() == (smollm2_cache_dir() / name).read_bytes(), name
+    text = "<|im_start|>user\nWhat is 12 * 3.5?<|im_end|>\n<search>Harvey Pekar</search>"
+    assert alone(text)["input_ids"] == with_checkpoint(text)["input_ids"]
