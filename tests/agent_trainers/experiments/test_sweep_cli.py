@@ -18,7 +18,7 @@ def test_sweep_plan_from_another_folder_prints_the_runs_and_runs_nothing(tmp_pat
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("learn_main: SFT from partly flawed demonstrations")
-    assert "test: {'task_seed': 17" in lines[1] and "seeds [0]" in lines[1]
+    assert "test: {'task_seed': 41" in lines[1] and "seeds [0]" in lines[1]
     assert lines[2].startswith("sft/seed0") and "SFT -> runs/learn_main/seed0/sft" in lines[2]
     assert lines[3].startswith("grpo/seed0") and "grpo RL, 8 steps from sft/seed0" in lines[3]
     assert not (tmp_path / "runs").exists()
