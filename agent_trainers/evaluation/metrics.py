@@ -20,7 +20,16 @@ turns               neither     mean, all          no              console
 evidence_recall     higher      mean, present      yes             compare
 format_error_rate   lower       mean, present      yes             compare, statement
 reward              higher      mean, all          no              plot, console
+answer_words        neither     mean, present      yes             -
+query_words         neither     mean, present      yes             -
+query_copied        neither     mean, present      yes             -
 ==================  ==========  =================  ==============  =====================================
+
+The last three say how the agent works rather than how well (the results
+pages' "what RL changed"): the final answer's length in words (absent when it
+gave none), and over the search queries it wrote (tool calls with a ``query``
+argument; absent when it wrote none) their mean length in words and the share
+that copy a span of the question word for word (case and punctuation aside).
 
 The answer scores (``em``, ``f1``, ``substring``) are the env's own: an
 unanswered question scores 0 (a missing answer is a wrong one), an env that
@@ -30,6 +39,7 @@ the env names is an error. An absent value is absent - never 0.0.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -42,6 +52,7 @@ __all__ = [
     "Direction",
     "Metric",
     "View",
+    "copies_a_span",
     "metric_spec",
     "shown_in",
 ]
@@ -118,6 +129,37 @@ def _format_error_rate(record: Any) -> float | None:
     return record.format_errors / record.model_turns
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def _answer_words(record: Any) -> float | None:
+    return None if record.answer is None else float(len(_words(record.answer)))
+
+
+def _query_words(record: Any) -> float | None:
+    queries = record.queries()
+    return sum(len(_words(q)) for q in queries) / len(queries) if queries else None
+
+
+def copies_a_span(query: str, question: str) -> bool:
+    """Whether ``query``'s words (lower-cased, punctuation dropped) occur consecutively in ``question``'s.
+
+    Example:
+        >>> copies_a_span("the Labrador Retriever", "Which is a gun dog, the Labrador Retriever or the Pug?")
+        True
+        >>> copies_a_span("Labrador dog", "Which is a gun dog, the Labrador Retriever or the Pug?")
+        False
+    """
+    q, text = _words(query), _words(question)
+    return bool(q) and any(text[i : i + len(q)] == q for i in range(len(text) - len(q) + 1))
+
+
+def _query_copied(record: Any) -> float | None:
+    queries = record.queries()
+    return sum(copies_a_span(q, record.question) for q in queries) / len(queries) if queries else None
+
+
 def _answer(name: str, title: str, views: set[View]) -> Metric:
     return Metric(name, title, Direction.HIGHER, Aggregation.MEAN, True, True, True, frozenset(views))
 
@@ -156,6 +198,17 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "reward", "reward", Direction.HIGHER, _MEAN, False, False, False, frozenset({_P, _K}),
         lambda r: r.reward,
+    ),
+    Metric(
+        "answer_words", "answer words", Direction.NEITHER, _PRESENT, True, False, False, frozenset(),
+        _answer_words,
+    ),
+    Metric(
+        "query_words", "query words", Direction.NEITHER, _PRESENT, True, False, False, frozenset(), _query_words,
+    ),
+    Metric(
+        "query_copied", "queries copied", Direction.NEITHER, _PRESENT, True, False, True, frozenset(),
+        _query_copied,
     ),
 )  # fmt: skip
 """The metrics, in the order summaries and tables show them (answer scores first)."""

@@ -14,6 +14,7 @@ read from a record, is the table of :mod:`agent_trainers.evaluation.metrics`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -131,12 +132,34 @@ class EpisodeRecord:
             raise ValueError(f"bad episode record: missing {sorted(missing)}, unknown {sorted(unknown)}")
         return cls(**dict(data))
 
+    def queries(self) -> list[str]:
+        """The search queries the model wrote: the ``query`` argument of each of its tool calls, in order.
+
+        Read from the trajectory's assistant messages; a record without a trajectory (or whose calls take no
+        ``query``) has none.
+        """
+        out = []
+        for m in self.trajectory.get("messages") or ():
+            if m.get("role") != "assistant":
+                continue
+            for call in m.get("tool_calls") or ():
+                args = call.get("function", {}).get("arguments")
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args)
+                    except json.JSONDecodeError:
+                        continue
+                if isinstance(args, dict) and isinstance(args.get("query"), str):
+                    out.append(args["query"])
+        return out
+
     def metric(self, name: str) -> float | None:
         """The per-episode value behind a summary metric (``None``: absent for this episode).
 
         The metrics of :data:`~agent_trainers.evaluation.metrics.METRICS` (``answer_rate``, ``tool_call_rate``,
-        ``turns``, ``tool_calls``, ``evidence_recall``, ``format_error_rate``, ``reward``), and the answer
-        scores the env reported (``em``, ``f1``, ``substring``, ...).
+        ``turns``, ``tool_calls``, ``evidence_recall``, ``format_error_rate``, ``reward``, ``answer_words``,
+        ``query_words``, ``query_copied``), and the answer scores the env reported (``em``, ``f1``,
+        ``substring``, ...).
 
         Raises:
             KeyError: An unknown metric name.

@@ -26,12 +26,14 @@ def test_the_table_states_each_metric_once_with_its_direction_aggregation_and_ab
         "evidence_recall": Direction.HIGHER,
         "format_error_rate": Direction.LOWER,
         "reward": Direction.HIGHER,
+        "answer_words": Direction.NEITHER,
+        "query_words": Direction.NEITHER,
+        "query_copied": Direction.NEITHER,
     }
-    assert [m.name for m in METRICS if m.aggregation is Aggregation.MEAN_OF_PRESENT] == [
-        "evidence_recall",
-        "format_error_rate",
-    ]
-    assert [m.name for m in METRICS if m.may_be_absent] == [*ANSWER_METRICS, "evidence_recall", "format_error_rate"]
+    behaviour = ["answer_words", "query_words", "query_copied"]  # how the agent works; absent when not observed
+    present = ["evidence_recall", "format_error_rate", *behaviour]
+    assert [m.name for m in METRICS if m.aggregation is Aggregation.MEAN_OF_PRESENT] == present
+    assert [m.name for m in METRICS if m.may_be_absent] == [*ANSWER_METRICS, *present]
     assert ANSWER_METRICS == ("em", "f1", "substring")
     for m in METRICS:  # one source per metric: the env's answer score, or the table's own per-question value
         assert (m.value is None) == m.answer, m.name
