@@ -7,6 +7,9 @@
 * :func:`test_set_table` - the same on the test set, from the evaluations the protocol made (never otherwise);
 * :func:`change_lines` - one plain line per RL run: what it changed against its start, the metrics whose
   paired interval excludes 0;
+* :func:`behaviour_table` - how each run's agent works (answer rate, tool calls, evidence found, query and answer
+  length, queries copied from the question) and how many of its final answers differ from its start's: what RL
+  changed besides the score;
 * :func:`arms_table` - RL arms that start from the same arm against each other (e.g. the reward presets, RL and
   rejection sampling), paired over tasks and seeds;
 * :func:`speed_table` - per RL run, the first dev-curve step whose metric reaches its start's + a margin (the
@@ -23,14 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from agent_trainers.evaluation.compare import Run as EvalRun
-from agent_trainers.evaluation.compare import change_statement, load_run, paired
+from agent_trainers.evaluation.compare import change_statement, changed_answers, load_run, paired
+from agent_trainers.evaluation.metrics import metric_spec
 from agent_trainers.evaluation.records import EpisodeRecord
 from agent_trainers.evaluation.stats import bootstrap_mean, paired_over_seeds
 from agent_trainers.experiments.plan import Run
 from agent_trainers.experiments.protocol import ProtocolError
 
-__all__ = ["arms_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table", "draw_curves", "speed_table",
-           "test_set_table"]  # fmt: skip
+__all__ = ["BEHAVIOUR", "arms_table", "behaviour_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table",
+           "draw_curves", "speed_table", "test_set_table"]  # fmt: skip
+
+BEHAVIOUR = ("answer_rate", "tool_calls", "evidence_recall", "format_error_rate", "query_words", "query_copied",
+             "answer_words")  # fmt: skip
+"""The columns of :func:`behaviour_table` (metrics of :data:`~agent_trainers.evaluation.metrics.METRICS`)."""
 
 
 def _values(run: EvalRun, metric: str) -> dict[str, float]:
@@ -165,6 +173,33 @@ def change_lines(runs: Sequence[Run], metric: str, folder_of: Any) -> list[str]:
         seed = f", seed {run.seed}" if len({r.seed for r in runs}) > 1 else ""
         out.append(f"- {change_statement(f'RL ({run.arm.name}{seed})', mine, start, metrics=(metric, 'answer_rate'))}")
     return out
+
+
+def behaviour_table(runs: Sequence[Run], folder_of: Any, where: str) -> str:
+    """Per run, the means of :data:`BEHAVIOUR` over its tasks (``folder_of(run)``: its evaluation on this set) and
+    the final answers that differ from its start's on the same tasks.
+
+    A column no run has a value for (no search queries on Calculator) is left out; a run without a value shows
+    ``—`` (absent, not 0).
+    """
+    evals = {r.name: load_run(folder_of(r)) for r in runs}
+
+    def mean(ev: EvalRun, metric: str) -> float | None:
+        values = [v for rec in ev.records if (v := rec.metric(metric)) is not None]
+        return statistics.mean(values) if values else None
+
+    cells = {name: {m: mean(ev, m) for m in BEHAVIOUR} for name, ev in evals.items()}
+    shown = [m for m in BEHAVIOUR if any(c[m] is not None for c in cells.values())]
+    head = f"| run | seed | {' | '.join(metric_spec(m).title for m in shown)} | answers changed vs start |"
+    lines = [f"How the agents work ({where}; means over tasks):", "", head, "|---" * (len(shown) + 3) + "|"]
+    for run in runs:
+        row = ["—" if (v := cells[run.name][m]) is None else f"{v:.{metric_spec(m).digits}f}" for m in shown]
+        changed = "—"
+        if run.start is not None:
+            n_changed, n = changed_answers(evals[run.name], evals[run.start.name])
+            changed = f"{n_changed} / {n}"
+        lines.append(f"| {run.arm.name} | {run.seed} | {' | '.join(row)} | {changed} |")
+    return "\n".join(lines) + "\n"
 
 
 def arms_table(runs: Sequence[Run], metric: str, folder_of: Any, where: str) -> str:

@@ -97,6 +97,7 @@ def run_sweep(
         return report.dev_eval_folder(run, steps[run.name][0])
 
     parts += report.change_lines(runs, spec.metric, dev_folder)
+    parts += ["", report.behaviour_table(runs, dev_folder, "dev")]
     for part in (report.arms_table(runs, spec.metric, dev_folder, "dev"), report.speed_table(runs, spec.metric)):
         parts += ["", part] if part else []
     if spec.test is not None and dev_only:
@@ -106,6 +107,7 @@ def run_sweep(
         parts += ["", "## Test (evaluated once, after the choices were frozen)", "",
                   report.test_set_table(runs, spec.metric, costs, steps, folders)]  # fmt: skip
         parts += report.change_lines(runs, spec.metric, lambda r: folders[r.name])
+        parts += ["", report.behaviour_table(runs, lambda r: folders[r.name], "test")]
         arms = report.arms_table(runs, spec.metric, lambda r: folders[r.name], "test")
         parts += ["", arms] if arms else []
     text = "\n".join(parts) + "\n"

@@ -30,7 +30,7 @@ def test_absent_values_are_none():
     assert make(0, turns=0, fmt=0).metric("format_error_rate") is None  # no model turn: no rate
 
 
-def _searched(record, *queries, malformed=()):
+def with_searches(record, *queries, malformed=()):
     """``record`` with a trajectory whose assistant turns searched ``queries`` (JSON-string arguments, as the
     engine writes them), plus a calculator call (no query) and ``malformed`` raw argument strings."""
     calls = [{"function": {"name": "search", "arguments": json.dumps({"query": q})}} for q in queries]
@@ -47,14 +47,14 @@ def test_behaviour_metrics_by_hand():
     r = make(0)
     r.question = "Who is older, Carrie Akre or Shifty Shellshock?"
     r.answer = "Carrie Akre"
-    _searched(r, "Carrie Akre", "shifty shellshock?", "Carrie Akre born", malformed=("{not json",))
+    with_searches(r, "Carrie Akre", "shifty shellshock?", "Carrie Akre born", malformed=("{not json",))
     assert r.queries() == ["Carrie Akre", "shifty shellshock?", "Carrie Akre born"]  # the model's, in order
     assert r.metric("answer_words") == 2
     assert r.metric("query_words") == pytest.approx((2 + 2 + 3) / 3)
     assert r.metric("query_copied") == pytest.approx(2 / 3)  # case and punctuation aside; "born" is not there
     silent = make(1, answered=False)  # no answer, no trajectory: absent, not 0
     assert silent.queries() == [] and [silent.metric(m) for m in ("answer_words", "query_words")] == [None, None]
-    assert _searched(make(2)).metric("query_copied") is None  # a calculator call is not a query
+    assert with_searches(make(2)).metric("query_copied") is None  # a calculator call is not a query
     s = summarize_records([r, silent, make(3)], resamples=100)
     assert s["query_words"].n == 1 and s["answer_words"].n == 2 and s["answer_words"].mean == 1.5  # "a": 1 word
 

@@ -3,15 +3,25 @@ tasks and seeds, and a whole tiny sweep run in this process."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from agent_trainers.evaluation.compare import load_run
+from agent_trainers.evaluation.outputs import EPISODES
 from agent_trainers.evaluation.stats import paired_difference, paired_over_seeds
 from agent_trainers.experiments import report
 from agent_trainers.experiments.plan import plan_runs
 from agent_trainers.experiments.runner import run_in_process
 from agent_trainers.experiments.spec import SweepSpec
 from agent_trainers.experiments.sweep import run_sweep
+from tests.agent_trainers.evaluation.test_records import with_searches
 from tests.agent_trainers.evaluation.test_report import folder
+
+
+def rewrite(path, records):
+    """Replace an evaluation folder's records (keeping its summary)."""
+    (path / EPISODES).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records), encoding="utf-8")
 
 
 def test_one_seed_is_the_paired_difference_itself():
@@ -85,6 +95,30 @@ def test_arms_from_one_start_are_paired_against_each_other_over_tasks_and_seeds(
     assert report.arms_table(one_arm, "em", report.dev_eval_folder, "dev") == ""
 
 
+def test_the_behaviour_table_says_how_each_agent_works_and_what_changed(tmp_path):
+    arms = [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}]
+    runs = _placed(tmp_path, arms, [0], {"sft/seed0": [1, 0, 0, 0], "grpo/seed0": [1, 1, 0, 0]})
+    sft, grpo = (load_run(report.dev_eval_folder(r)) for r in runs)
+    # SFT: 2 calls a task, answers "a"; GRPO: 1 call, answers "x y" on tasks 1 and 3, none on task 2,
+    # and on task 0 a search that copies the question ("q0") and one that does not
+    for r in sft.records:
+        r.tool_calls = 2
+    for r in grpo.records:
+        r.tool_calls, r.answer = 1, ("x y" if r.task_index in (1, 3) else r.answer)
+    grpo.records[2].answer, grpo.records[2].answered = None, False
+    with_searches(grpo.records[0], "Q0", "elsewhere now")
+    for run, ev in zip(runs, (sft, grpo), strict=True):
+        rewrite(report.dev_eval_folder(run), ev.records)
+    lines = report.behaviour_table(runs, report.dev_eval_folder, "dev").splitlines()
+    assert lines[2] == ("| run | seed | answer rate | tool calls | evidence recall | format-error rate | query words "
+                        "| queries copied | answer words | answers changed vs start |")  # fmt: skip
+    assert lines[4] == "| sft | 0 | 1.000 | 2.00 | 0.500 | 0.000 | — | — | 1.00 | — |"
+    # answer rate 3/4; words 1, 2, (none), 2 -> 5/3; queries 1 and 2 words, one of two copied; 3 of 4 answers differ
+    assert lines[5] == "| grpo | 0 | 0.750 | 1.00 | 0.500 | 0.000 | 1.50 | 0.500 | 1.67 | 3 / 4 |"
+    calc = report.behaviour_table(runs[:1], report.dev_eval_folder, "dev")  # no run searched: no query columns
+    assert "query words" not in calc and "answer words" in calc
+
+
 def test_steps_to_reach_the_start_plus_a_margin_read_the_dev_curve(tmp_path):
     import json
 
@@ -122,6 +156,8 @@ def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread
     first = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)
     assert "## Dev (every choice is made here)" in first.report and "## Test (evaluated once" in first.report
     assert "RL steps to reach the start's dev f1 + 0.02" in first.report and "| grpo | 0 |" in first.report
+    assert "How the agents work (dev; means over tasks)" in first.report
+    assert "How the agents work (test; means over tasks)" in first.report
     assert (tmp_path / "test" / "grpo" / "seed0" / "summary.json").is_file()
     assert any("test 2/2: grpo/seed0" in line for line in said)
     assert all("skipped" in line for line in said if "[sweep] run" in line)  # trained once, by the dev-only run
