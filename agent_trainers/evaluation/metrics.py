@@ -27,9 +27,11 @@ query_copied        neither     mean, present      yes             -
 
 The last three say how the agent works rather than how well (the results
 pages' "what RL changed"): the final answer's length in words (absent when it
-gave none), and over the search queries it wrote (tool calls with a ``query``
-argument; absent when it wrote none) their mean length in words and the share
-that copy a span of the question word for word (case and punctuation aside).
+gave none), and over the queries it wrote (tool calls with a ``query``
+argument: a search's keywords, an SQL statement; absent when it wrote none)
+their mean length in words and the share that copy a span of the question
+word for word (case and punctuation aside; a search query copied from the
+question is the untrained agent's habit).
 
 The answer scores (``em``, ``f1``, ``substring``) are the env's own: an
 unanswered question scores 0 (a missing answer is a wrong one), an env that

@@ -133,7 +133,8 @@ class EpisodeRecord:
         return cls(**dict(data))
 
     def queries(self) -> list[str]:
-        """The search queries the model wrote: the ``query`` argument of each of its tool calls, in order.
+        """The queries the model wrote (a search's keywords, an SQL statement): the ``query`` argument of each of
+        its tool calls, in order.
 
         Read from the trajectory's assistant messages; a record without a trajectory (or whose calls take no
         ``query``) has none.
