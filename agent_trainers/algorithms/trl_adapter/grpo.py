@@ -81,6 +81,16 @@ from agent_trainers.rollout.training import Task, task_schedule
 
 __all__ = ["AgentGRPOTrainer", "check_groups_stay_local"]
 
+TRL_EOS_METRICS = (
+    "completions/clipped_ratio",
+    "completions/mean_terminated_length",
+    "completions/min_terminated_length",
+    "completions/max_terminated_length",
+)
+"""TRL's figures of completions that end on an EOS token, dropped from the logs: an episode's completion ends where
+its env stopped it (an answer, the turn or token limit: ``rollout/stop/<reason>``), most often on a closing tag, so
+TRL would count nearly every episode as clipped and log 0.0 as the terminated lengths."""
+
 
 def check_groups_stay_local(args: Any) -> None:
     """Refuse a ``GRPOConfig`` whose groups would straddle two processes (see the module docstring).
@@ -275,6 +285,9 @@ class AgentGRPOTrainer(GRPOTrainer):
             output = super()._generate_and_score_completions(inputs)
         finally:
             self.tasks_in_generation = None
+        mode = "train" if self.model.training else "eval"
+        for name in TRL_EOS_METRICS:  # an episode ends on its env's terms (rollout/stop/<reason>), not on EOS
+            self._metrics[mode].pop(name, None)
         if not self.model.training:
             return output  # evaluation keeps TRL's scalar advantages
         completion_ids = output["completion_ids"]

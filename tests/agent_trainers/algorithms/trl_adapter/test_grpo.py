@@ -14,7 +14,7 @@ from agent_gym.core.parsing import make_parser
 from agent_trainers.algorithms import ESTIMATORS
 from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.algorithms.shared.names import ISCorrection
-from agent_trainers.algorithms.trl_adapter.grpo import AgentGRPOTrainer
+from agent_trainers.algorithms.trl_adapter.grpo import TRL_EOS_METRICS, AgentGRPOTrainer
 from agent_trainers.algorithms.trl_adapter.rollout_func import EnvRolloutFunc, env_reward
 from agent_trainers.algorithms.trl_adapter.scoring import MicroBatchPolicy
 from agent_trainers.algorithms.trl_adapter.trl_args import make_grpo_config
@@ -133,6 +133,16 @@ def test_advantages_come_from_the_registry_on_the_trajectories_trl_passed_in(tmp
     # the correct answerer (even row) beats the wrong one on the answer turn of the same task
     assert out["advantages"][0, trajs[0].turns[1].start] > out["advantages"][1, trajs[1].turns[1].start]
     assert not hasattr(trainer.rollout_func, "last_trajectories")
+
+
+def test_the_logs_say_how_episodes_stopped_not_whether_they_ended_on_eos(tmp_path):
+    trainer = make_trainer(tmp_path, "grpo", "turn", scripted)
+    for training in (True, False):
+        trainer.model.train(training)
+        trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
+        logged = trainer._metrics["train" if training else "eval"]
+        assert logged["rollout/stop/answer"] == [1.0] and logged["completions/mean_length"]
+        assert not set(TRL_EOS_METRICS) & set(logged)
 
 
 @pytest.mark.parametrize("algorithm", ["rloo", "reinforce_pp"])
