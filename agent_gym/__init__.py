@@ -7,7 +7,7 @@ rewards come per step (process rewards) as well as at the end.
 Example:
     >>> import gymnasium as gym
     >>> import agent_gym
-    >>> [env_id for env_id, _ in agent_gym.list_envs()][:1]  # doctest: +SKIP
+    >>> [env_id for env_id, _ in agent_gym.list_envs()][:1]
     ['AgentR1/HotpotQA-v0']
 """
 

@@ -13,7 +13,7 @@ Example:
     >>> space.contains("naïve <tool_call>{}</tool_call> \\u2603")
     True
     >>> space.seed(0); isinstance(space.sample(), str)
-    [0]
+    0
     True
 """
 

@@ -29,8 +29,13 @@ paragraph) are skipped unless ``include_unanswerable=True``: the default is
 the answerable setting, where every question can be answered from its context.
 
 Example:
-    >>> tasks = load_qa("dev_distractor_sample_a_300.jsonl")  # doctest: +SKIP
-    >>> tasks[0].question, tasks[0].answers, len(tasks[0].supporting)  # doctest: +SKIP
+    >>> tasks = load_qa("../shared/data/hotpotqa/dev_distractor_sample_a_300.jsonl")  # doctest: +SKIP
+    >>> len(tasks)  # doctest: +SKIP
+    300
+    >>> tasks[0].question  # doctest: +SKIP
+    'Alexander Kerensky was defeated and destroyed by the Bolsheviks in the course of a civil war that ended when ?'
+    >>> tasks[0].answers, len(tasks[0].supporting)  # doctest: +SKIP
+    (('October 1922',), 2)
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ or as native tool calls.
 Example:
     >>> policy = oracle_policy("AgentR1/Calculator-v0", [0, 1])  # doctest: +SKIP
     >>> with background_uvicorn(make_chat_app(policy)) as url:  # doctest: +SKIP
-    ...     ...  # point the framework's client at f"{url}/v1"
+    ...     pass  # point the framework's client at f"{url}/v1"
 """
 
 from __future__ import annotations

@@ -21,11 +21,12 @@ until ``done``, and finally ``env.get_metrics()`` and ``env.close()``.
   each rubric term's weighted total (``reward/<term>``).
 
 Example:
-    >>> import skyrl_gym  # doctest: +SKIP
-    >>> register_skyrl_envs()  # doctest: +SKIP
-    >>> env = skyrl_gym.make("AgentR1/HotpotQA-v0", env_config={}, extras={"task_index": 0})  # doctest: +SKIP
-    >>> prompt, _ = env.init([])  # doctest: +SKIP
-    >>> out = env.step('<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>')  # doctest: +SKIP
+    >>> import skyrl_gym
+    >>> "AgentR1/HotpotQA-v0" in register_skyrl_envs()
+    True
+    >>> env = skyrl_gym.make("AgentR1/HotpotQA-v0", env_config={}, extras={"task_index": 0})
+    >>> prompt, _ = env.init([])
+    >>> out = env.step('<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>')
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ history left as it was, and each view faithful (:func:`check_view`).
 Example:
     >>> import gymnasium as gym, agent_gym
     >>> from agent_gym.testing import check_text_env
-    >>> check_text_env(gym.make("AgentR1/Calculator-v0"))  # doctest: +SKIP
+    >>> check_text_env(gym.make("AgentR1/Calculator-v0"))
 
 Hypothesis strategies (hostile actions, and actions that reach the whole MDP)
 live in :mod:`agent_gym.testing.strategies` (``pip install 'agent-r1-gym[testing]'``).

@@ -32,7 +32,7 @@ Example:
     >>> @given(actions(tool_names=["search"]))
     ... def test_never_crashes(action): ...
     >>> @given(st.data())
-    ... def test_episodes(data):  # doctest: +SKIP
+    ... def test_episodes(data):
     ...     coverage = play_episode(data, env)
 """
 

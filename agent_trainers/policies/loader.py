@@ -21,7 +21,7 @@ support), left padding, a pad token, and a ``response_template`` so that
 ``<tool_call>`` blocks the template writes.
 
 Example:
-    >>> model, tok = load_model("tiny-random", device="cpu")  # doctest: +SKIP
+    >>> model, tok = load_model("tiny-random", device="cpu")
     >>> tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     '<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'
 """

@@ -58,6 +58,7 @@ class OpenAIPolicy:
         max_response_bytes: Larger response bodies are refused.
 
     Example:
+        >>> from agent_trainers.rollout import rollout
         >>> with OpenAIPolicy("http://127.0.0.1:8000/v1", "smol") as policy:  # doctest: +SKIP
         ...     trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0])
     """

@@ -63,8 +63,9 @@ class TransformersPolicy:
             does not fit; :func:`~agent_trainers.policies.decode.decode_with_generate`).
 
     Example:
-        >>> policy = TransformersPolicy(*load_model("tiny-random"))  # doctest: +SKIP
-        >>> gens = policy.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))  # doctest: +SKIP
+        >>> from agent_trainers.policies import load_model
+        >>> policy = TransformersPolicy(*load_model("tiny-random"))
+        >>> gens = policy.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))
     """
 
     def __init__(

@@ -83,6 +83,7 @@ class VLLMPolicy:
             unless given).
 
     Example:
+        >>> from agent_trainers.policies import load_tokenizer
         >>> name = "Qwen/Qwen2.5-3B-Instruct"
         >>> policy = VLLMPolicy(name, load_tokenizer(name), gpu_memory_utilization=0.4)  # doctest: +SKIP
     """
@@ -153,6 +154,7 @@ class VLLMServerPolicy:
         max_concurrency: Requests in flight at once.
 
     Example:
+        >>> from agent_trainers.rollout import rollout
         >>> policy = VLLMServerPolicy.connect("http://127.0.0.1:8000", tok)  # doctest: +SKIP
         >>> trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0, 1], group_size=4)  # doctest: +SKIP
     """

@@ -120,8 +120,9 @@ class AsyncRollouts:
 
     Example:
         >>> pool = AsyncRollouts(rollouts, model, tokenizer, max_staleness=1)  # doctest: +SKIP
-        >>> episodes, stats = pool.rollouts_for(0, tasks, 8, config, model, version=0, upcoming=[next_tasks])
-        >>> pool.close()
+        >>> episodes, stats = pool.rollouts_for(  # doctest: +SKIP
+        ...     0, tasks, 8, config, model, version=0, upcoming=[next_tasks])
+        >>> pool.close()  # doctest: +SKIP
     """
 
     def __init__(

@@ -24,6 +24,7 @@ e.g. ``TransformersPolicy`` with its KV cache) is told which episode each
 prompt belongs to, and each episode's state is freed as soon as it ends.
 
 Example:
+    >>> from agent_trainers.policies import TransformersPolicy, load_model
     >>> policy = TransformersPolicy(*load_model("smollm2"))  # doctest: +SKIP
     >>> trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0, 1], group_size=4)  # doctest: +SKIP
 """

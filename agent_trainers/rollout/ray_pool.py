@@ -10,6 +10,7 @@ in-process ones for the same seeds (``tests/agent_trainers/rollout/test_ray_pool
 checks equality):
 
 >>> import ray
+>>> from agent_trainers.rollout import rollout
 >>> ray.init(num_cpus=2)  # doctest: +SKIP
 >>> with RayEnvPool(num_actors=2) as pool:  # doctest: +SKIP
 ...     trajs = rollout(policy, "AgentR1/HotpotQA-v0", task_indices=[0, 1], group_size=4, make_env=pool.make)

@@ -20,10 +20,11 @@ batch's ``tokens x vocabulary`` logits are never materialised, only one
 ``chunk x vocabulary`` block at a time, recomputed in the backward pass.
 
 Example:
-    >>> model, tok = load_model("tiny-random")  # doctest: +SKIP
-    >>> ac = ActorCritic(model, CriticKind.VALUE_HEAD)  # doctest: +SKIP
-    >>> batch = pack_sequences([[1, 2, 3]], [[4, 5]], pad_id=0)  # doctest: +SKIP
-    >>> logp, values, _ = ac(**batch.model_inputs(), temperature=1.0)  # doctest: +SKIP
+    >>> from agent_trainers.policies import load_model
+    >>> model, tok = load_model("tiny-random", device="cpu")
+    >>> ac = ActorCritic(model, CriticKind.VALUE_HEAD)
+    >>> batch = pack_sequences([[1, 2, 3]], [[4, 5]], pad_id=0)
+    >>> logp, values, _ = ac(**batch.model_inputs(), temperature=1.0)
 """
 
 from __future__ import annotations

@@ -144,6 +144,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             ``task_index``): the rollout function plays these (tasks may share a prompt); None otherwise.
 
     Example:
+        >>> from agent_trainers.algorithms import RLOOSettings, env_reward, make_grpo_config
         >>> trainer = AgentGRPOTrainer(model=model, reward_funcs=[env_reward], args=make_grpo_config(...),
         ...     processing_class=tok, train_dataset=ds, rollout_func=EnvRolloutFunc(rows),
         ...     algorithm="rloo", settings=RLOOSettings(advantage="turn"))  # doctest: +SKIP
