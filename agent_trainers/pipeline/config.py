@@ -359,6 +359,7 @@ RESUME_MAY_CHANGE = (
     "eval",
     "rl.steps",
     "rl.save_steps",
+    "rl.older_checkpoints",
     "rl.max_env_errors",
     "rl.async_rollouts.generation_threads",
     "rl.async_rollouts.generation_timeout",

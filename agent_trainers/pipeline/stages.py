@@ -36,11 +36,12 @@ from agent_trainers.algorithms.shared.checkpoints import (
     ACCELERATE_CHECKPOINT,
     TRAINER_CHECKPOINT,
     CheckpointLayout,
+    DropOlderResumeState,
     load_rollout_state,
 )
 from agent_trainers.algorithms.shared.console import progress_bar_only
 from agent_trainers.algorithms.shared.diagnostics import StopOnNonFinite, alarms, canonical, step_line
-from agent_trainers.algorithms.shared.names import Algorithm
+from agent_trainers.algorithms.shared.names import Algorithm, OlderCheckpoints
 from agent_trainers.algorithms.shared.sections import ESTIMATOR_SECTIONS, TRLSettings
 from agent_trainers.algorithms.shared.settings import ReportTo
 from agent_trainers.evaluation.summary import EvalSummary
@@ -316,6 +317,8 @@ def checkpoint_layout(algorithm: Algorithm) -> CheckpointLayout:
 
 def _add_callbacks(state: RunState, trainer: Any) -> None:
     trainer.add_callback(_RLCallback(state, trainer))
+    if state.config.rl.older_checkpoints is OlderCheckpoints.MODEL:  # after the trainer's own rollout-state marker
+        trainer.add_callback(DropOlderResumeState(checkpoint_layout(state.config.algorithm)))
     trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
     for callback in state.callbacks:
         trainer.add_callback(callback)

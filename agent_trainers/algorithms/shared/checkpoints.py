@@ -29,7 +29,9 @@ __all__ = [
     "ROLLOUT_STATE",
     "TRAINER_CHECKPOINT",
     "CheckpointLayout",
+    "DropOlderResumeState",
     "RolloutStateCallback",
+    "drop_resume_state",
     "last_complete_checkpoint",
     "load_rollout_state",
     "missing_parts",
@@ -99,6 +101,49 @@ class RolloutStateCallback(TrainerCallback):
         tmp = folder / (ROLLOUT_STATE + ".tmp")
         tmp.write_text(json.dumps(self.rollout.state_dict()), encoding="utf-8")
         os.replace(tmp, folder / ROLLOUT_STATE)
+
+
+def drop_resume_state(folder: str | Path, keep: Path, layout: CheckpointLayout) -> list[Path]:
+    """Delete, from every ``checkpoint-N`` under ``folder`` but ``keep``, the files only resuming reads: those of
+    ``layout``'s parts that :data:`MINIMAL_CHECKPOINT` does not have (optimizer, scheduler, RNG states). What
+    evaluating a checkpoint reads stays. Returns the deleted files.
+
+    Raises:
+        ValueError: ``keep`` is not a complete checkpoint under ``layout`` (nothing is deleted: the run must keep
+            one checkpoint it can resume from).
+    """
+    missing = missing_parts(keep, layout)
+    if missing:
+        raise ValueError(f"{keep} is not a complete checkpoint ({'; '.join(missing)}): no older one is pruned")
+    kept = {name for part in MINIMAL_CHECKPOINT.parts for name in part}
+    resume_only = {name for part in layout.parts for name in part} - kept
+    deleted = []
+    for path in sorted(Path(folder).glob("checkpoint-*")):
+        if path.resolve() == keep.resolve() or not path.is_dir():
+            continue
+        for name in sorted(resume_only):
+            if (path / name).is_file():
+                (path / name).unlink()
+                deleted.append(path / name)
+    return deleted
+
+
+class DropOlderResumeState(TrainerCallback):
+    """``rl.older_checkpoints: model``: after each save, once the new checkpoint is complete (its rollout state,
+    written last by :class:`RolloutStateCallback`, included), the older checkpoints lose their resume-only files
+    (:func:`drop_resume_state`). A save that left the new checkpoint incomplete prunes nothing.
+
+    Args:
+        layout: The trainer's checkpoint layout (what makes one complete, and which files only resuming reads).
+    """
+
+    def __init__(self, layout: CheckpointLayout):
+        self.layout = layout
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and newest.is_dir() and not missing_parts(newest, self.layout):
+            drop_resume_state(args.output_dir, newest, self.layout)
 
 
 def missing_parts(folder: Path, layout: CheckpointLayout = MINIMAL_CHECKPOINT) -> list[str]:

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["AdvantageMode", "Algorithm", "AnchorState", "ISCorrection", "LossType", "ScaleRewards", "VLLMMode"]
+__all__ = [
+    "AdvantageMode",
+    "Algorithm",
+    "AnchorState",
+    "ISCorrection",
+    "LossType",
+    "OlderCheckpoints",
+    "ScaleRewards",
+    "VLLMMode",
+]
 
 
 class Algorithm(StrEnum):
@@ -101,3 +110,14 @@ class VLLMMode(StrEnum):
     """With a vLLM engine inside each training process (extra ``vllm``, GPUs)."""
     SERVER = "server"
     """With a ``trl vllm-serve`` server at ``vllm_server_url`` (its own GPUs)."""
+
+
+class OlderCheckpoints(StrEnum):
+    """What a checkpoint keeps once a newer one is complete (``rl.older_checkpoints``)."""
+
+    FULL = "full"
+    """Everything: any checkpoint can be resumed from (transformers' own behaviour)."""
+    MODEL = "model"
+    """What evaluating it reads (weights, model config, tokenizer, trainer and rollout state); the optimizer,
+    scheduler and RNG states - only resuming reads them, and under Adam they are two thirds of the bytes - are
+    deleted. The newest complete checkpoint always keeps them, so a run still resumes from its last one."""

@@ -44,7 +44,7 @@ class CrashAfterSaving(TrainerCallback):
             raise Crash(f"killed after step {self.step}")
 
 
-def config(out, algorithm):
+def config(out, algorithm, older_checkpoints="full"):
     # ppo: a separate critic and a KL reference, so the checkpoint must carry the critic and the reference reload
     section = (
         {"critic": "separate", "update_epochs": 2, "num_minibatches": 2}
@@ -58,7 +58,7 @@ def config(out, algorithm):
         "rollout": {"max_new_tokens_per_turn": 6, "max_total_tokens": 1024, "temperature": 1.0},
         "sft": {"enabled": False},
         "rl": {"steps": 3, "num_generations": 2, "prompts_per_step": 2, "learning_rate": 1e-2, "save_steps": 1,
-               "beta": 0.05 if algorithm == "ppo" else 0.0},
+               "beta": 0.05 if algorithm == "ppo" else 0.0, "older_checkpoints": older_checkpoints},
         "eval": {"tasks": 1, "every": 0},
     })  # fmt: skip
 
@@ -130,3 +130,22 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, one_threa
         opt_a, opt_b = (torch.load(run / "rl" / "checkpoint-3" / "optimizer.bin") for run in (straight, broken))
         for s_a, s_b in zip(opt_a["state"].values(), opt_b["state"].values(), strict=True):
             assert torch.equal(s_a["exp_avg"], s_b["exp_avg"]) and torch.equal(s_a["exp_avg_sq"], s_b["exp_avg_sq"])
+
+
+def test_a_run_that_keeps_only_the_models_of_older_checkpoints_resumes_from_its_last(tmp_path, one_thread):
+    """``rl.older_checkpoints: model``: each save leaves the older checkpoints their model only (no optimizer,
+    scheduler or RNG state), the newest whole; killed after checkpoint-2 and resumed (the setting may change on
+    resume), the run ends as the uninterrupted one that kept every checkpoint whole."""
+    straight, pruned = tmp_path / "straight", tmp_path / "pruned"
+    run_training(config(straight, "grpo"))
+    with pytest.raises(Crash):
+        run_training(config(pruned, "grpo", older_checkpoints="model"), callbacks=[CrashAfterSaving(2)])
+    first, second = pruned / "rl" / "checkpoint-1", pruned / "rl" / "checkpoint-2"
+    assert not any((first / name).exists() for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"))
+    assert (first / "model.safetensors").is_file() and (first / "config.json").is_file()
+    assert (second / "optimizer.pt").is_file() and (second / "rng_state.pth").is_file()
+    run_training(config(pruned, "grpo"), resume=True)  # every checkpoint kept whole from here on
+    assert rl_records(pruned) == rl_records(straight)
+    a, b = (load_file(run / "final" / "model.safetensors") for run in (straight, pruned))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (second / "optimizer.pt").is_file() and (pruned / "rl" / "checkpoint-3" / "optimizer.pt").is_file()

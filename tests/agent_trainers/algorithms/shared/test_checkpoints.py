@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ from agent_trainers.algorithms.shared.checkpoints import (
     ACCELERATE_CHECKPOINT,
     ROLLOUT_STATE,
     TRAINER_CHECKPOINT,
+    DropOlderResumeState,
+    drop_resume_state,
     last_complete_checkpoint,
     load_rollout_state,
     missing_parts,
@@ -123,3 +126,44 @@ def test_a_checkpoint_of_other_settings_is_refused_naming_them(tmp_path):
     other = EnvRollouts([], seed=7, run_settings={"seed": 7, "rl": {"learning_rate": 0.001, "beta": 0.0}})
     with pytest.raises(ValueError, match=r"checkpoint-3.*other settings: rl.learning_rate: 0.01 then, 0.001 now"):
         load_rollout_state(folder, other)
+
+
+def files_in(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("layout", [TRAINER_CHECKPOINT, ACCELERATE_CHECKPOINT], ids=["trl", "ppo"])
+def test_older_checkpoints_keep_their_model_and_lose_what_only_resuming_reads(tmp_path, layout):
+    for step in (5, 10, 15):
+        complete(tmp_path / f"checkpoint-{step}", layout)
+    (tmp_path / "checkpoint-10" / "config.json").write_text("{}")  # not the layout's: never touched
+    resume_only = {"optimizer.pt", "scheduler.pt", "rng_state.pth"}
+    if layout is ACCELERATE_CHECKPOINT:
+        resume_only = {"optimizer.bin", "scheduler.bin", "random_states_0.pkl"}
+    newest = tmp_path / "checkpoint-15"
+    deleted = drop_resume_state(tmp_path, newest, layout)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in deleted) == sorted(
+        f"checkpoint-{step}/{name}" for step in (5, 10) for name in resume_only
+    )
+    model = ["model.safetensors", ROLLOUT_STATE, "trainer_state.json"]
+    assert files_in(tmp_path / "checkpoint-5") == model
+    assert files_in(tmp_path / "checkpoint-10") == sorted(["config.json", *model])
+    assert files_in(newest) == sorted([*model, *resume_only]) and missing_parts(newest, layout) == []
+    assert last_complete_checkpoint(tmp_path, layout) == newest
+    assert drop_resume_state(tmp_path, newest, layout) == []  # nothing left to drop
+
+
+def test_nothing_is_dropped_unless_the_newest_checkpoint_is_complete(tmp_path):
+    old = complete(tmp_path / "checkpoint-1")
+    newest = complete(tmp_path / "checkpoint-2")
+    (newest / ROLLOUT_STATE).unlink()  # killed before the rollout state, the marker, was written
+    with pytest.raises(ValueError, match=r"checkpoint-2 is not a complete checkpoint \(rollout_state.json missing"):
+        drop_resume_state(tmp_path, newest, TRAINER_CHECKPOINT)
+    callback = DropOlderResumeState(TRAINER_CHECKPOINT)
+    args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2, is_world_process_zero=True)
+    callback.on_save(args, state, None)
+    assert missing_parts(old) == [] and (old / "optimizer.pt").is_file()
+    complete(tmp_path / "checkpoint-3")
+    callback.on_save(args, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
+    assert not (old / "optimizer.pt").is_file() and not (newest / "optimizer.pt").is_file()
+    callback.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)  # no such folder
