@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import doctest
+import functools
 import importlib
 import importlib.util
 from pathlib import Path
@@ -62,6 +63,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # read at collection (SOURCES, RUNNABLE) and again by each test
 def _source_examples(path: Path) -> dict[str, list[doctest.Example]]:
     """The examples of each docstring of ``path`` (module, classes, functions, methods), by doctest's name for it,
     read from the source without importing it."""

@@ -12,6 +12,7 @@ with a warning naming what is wrong, and the newest complete one is resumed from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -142,8 +143,9 @@ class DropOlderResumeState(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if state.is_world_process_zero and newest.is_dir() and not missing_parts(newest, self.layout):
-            drop_resume_state(args.output_dir, newest, self.layout)
+        if state.is_world_process_zero and newest.is_dir():
+            with contextlib.suppress(ValueError):  # incomplete: drop_resume_state checked it (one read) and kept all
+                drop_resume_state(args.output_dir, newest, self.layout)
 
 
 def missing_parts(folder: Path, layout: CheckpointLayout = MINIMAL_CHECKPOINT) -> list[str]:
