@@ -257,6 +257,22 @@ def test_textworld_compiles_in_the_build_folder_not_in_tmpdir(monkeypatch, tmp_p
     assert list(tmpdir.iterdir()) == []
 
 
+def _wait_until_unlocked(lock: Path, timeout_s: float = 60.0) -> None:
+    """Wait until no process holds ``lock`` (the kernel drops a ``flock`` when its last holder has exited)."""
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return  # closing fd below releases it again
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"{lock} is still locked {timeout_s:.0f} s after the kill"
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
 def test_a_build_killed_midway_leaves_nothing_behind(tmp_path):
     """kill -9 while Inform 7 compiles (its project folder exists), then the next build in the cache."""
     root, tmpdir = tmp_path / "cache", tmp_path / "tmpdir"
@@ -275,7 +291,8 @@ def test_a_build_killed_midway_leaves_nothing_behind(tmp_path):
         proc.wait()
     assert list(tmpdir.iterdir()) == []  # nothing in $TMPDIR
     (left,) = root.iterdir()
-    assert left.name.startswith(BUILD_PREFIX)  # the killed build's folder, unlocked
+    assert left.name.startswith(BUILD_PREFIX)  # the killed build's folder
+    _wait_until_unlocked(left / ".lock")  # a child forked but not yet exec'd shares the lock until it has died
     files = load_game(TINY, SEED, root)
     assert [p.name for p in root.iterdir()] == [files.folder.name]  # the next build removed it
 
