@@ -66,11 +66,17 @@ class Args:
     num_generations: int = 4
     """Episodes per task in a step (the group)."""
     prompts_per_step: int = 2
-    """Tasks per step: a step plays ``prompts_per_step * num_generations`` episodes."""
+    """Tasks per step: a step plays ``prompts_per_step * num_generations`` episodes. 4 did not make the toy
+    robust: on the seed where 8 episodes lost the format, 16 saved GRPO but RLOO and PPO lost it
+    (docs/results/2026-12-03-algorithms.md)."""
     learning_rate: float = 1e-3
     """RL learning rate (the policy's; PPO's critic uses ``critic_learning_rate``). At 5e-3 (the earlier
     default) GRPO learned on 1 of 5 seeds and collapsed into malformed answers on the others; at 1e-3 it
-    learned on all of them (docs/algorithms.md)."""
+    learned on all of them on AMD AVX2 cores (docs/algorithms.md). On an AVX-512 Xeon at one thread seed 0
+    lost the format under every algorithm, seeds 1-4 learned; at 5e-4 over 40 steps PPO lost it on seed 1."""
+    rl_warmup_steps: int = 0
+    """RL steps over which the learning rate rises from 0 (``rl.warmup_steps``). 5 did not rescue the seed
+    that 8 episodes a step collapsed (malformed at steps 9-12, held-aside 0.56 at the end)."""
     critic_learning_rate: float = 1e-2
     """PPO's value head learning rate."""
     ppo_update_epochs: int = 1
@@ -199,7 +205,7 @@ def _config(args: Args, algorithm: str) -> dict[str, Any]:
                     "temperature": args.temperature},
         "sft": {"enabled": False},
         "rl": {"steps": args.steps, "num_generations": args.num_generations, "prompts_per_step": args.prompts_per_step,
-               "learning_rate": args.learning_rate, "save_steps": 10_000},
+               "learning_rate": args.learning_rate, "warmup_steps": args.rl_warmup_steps, "save_steps": 10_000},
         "eval": {"tasks": args.eval_tasks, "first_task": EVAL_FIRST_TASK, "temperature": args.eval_temperature,
                  "every": 0, "before": algorithm == "grpo" or args.eval_before_all},
         algorithm: ppo if algorithm == "ppo" else {"advantage": "turn"},
