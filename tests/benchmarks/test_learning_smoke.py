@@ -8,8 +8,8 @@ settings the benchmark's one proof of learning (lr 5e-3, warm-up at 3e-2) held o
 The toy is chaotic: the rounding of another CPU or thread count sends a run down another path, and on one seed
 in five an algorithm can lose the answer format for good (an AVX-512 Xeon took every algorithm's seed 0 there,
 at one thread; docs/results/2026-12-03-algorithms.md). So each algorithm gets a second seed, run only when the
-first did not learn: the test fails when neither learns, which a broken algorithm (an advantage of the wrong
-sign, no gradient) does on every seed.
+first did not learn: the test fails when neither learns, as a planted sign flip of the advantages made GRPO and
+RLOO do on both seeds.
 """
 
 from __future__ import annotations
