@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The slow tests CI runs after the default suite (.ci/run): the learning smoke (every algorithm must raise the bandit
 # toy's held-aside reward on one of two seeds), the Ray fault tests (a killed actor, a hung step), the
-# SIGKILL-during-resume test and the resumes from the other damaged checkpoints, the asynchronous-rollout runs and worker faults, the two-process GRPO
-# run, the tiny sweeps, the training runs of the CLI, the docs pages whose code blocks train a model, the docstring
+# SIGKILL-during-resume test and the resumes from the other damaged checkpoints, the asynchronous-rollout runs and
+# worker faults, the two-process GRPO run, the tiny sweeps, the training runs of the CLI, the docs pages whose code blocks train a model, the docstring
 # examples that load the dense retriever's encoder, the site build, the headless-browser page, the TextWorld cache's
 # other damages. Each file's slow tests only (`-m slow`); the rest of those files runs in the default suite. Extra
 # arguments go to pytest.
