@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The slow tests CI runs after the default suite (.ci/run): the learning smoke (every algorithm must raise the bandit
-# toy's held-aside reward on one of two seeds), the Ray fault tests (a killed actor, a hung step), the
-# SIGKILL-during-resume test and the resumes from the other damaged checkpoints, the asynchronous-rollout runs and
-# worker faults, the two-process GRPO run, the tiny sweeps, the training runs of the CLI, the docs pages whose code blocks train a model, the docstring
-# examples that load the dense retriever's encoder, the site build, the headless-browser page, the TextWorld cache's
-# other damages. Each file's slow tests only (`-m slow`); the rest of those files runs in the default suite. Extra
-# arguments go to pytest.
+# toy's held-aside reward on one of two seeds), the Ray fault tests (a killed actor, a hung step), the SIGKILL-during-
+# resume test and the resumes from the other damaged checkpoints, the asynchronous-rollout runs and worker faults, the
+# two-process GRPO run, the tiny sweeps, the training runs of the CLI, the docs pages whose code blocks train a model,
+# the docstring examples that load the dense retriever's encoder, the site build, the headless-browser page, the
+# TextWorld cache's other damages. Each file's slow tests only (`-m slow`); the rest of those files runs in the default
+# suite. Extra arguments go to pytest.
 # 23.6 min for its 77 tests with an empty AGENT_R1_CACHE (18.6 min for 72 with a warm one) on 2 cores (AMD EPYC,
 # AVX2, 2026-12-05), two pytest-xdist workers; the docstring examples of agent_gym.retrieval.dense joined later (~15 s).
 set -euo pipefail
