@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import time
 import tomllib
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +40,22 @@ def pytest_configure(config: pytest.Config) -> None:
             import torch
 
             torch.set_num_threads(1)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None = None) -> Iterator[None]:
+    """Give torch ``threads`` threads (``None``: leave the count as it is) and put the count back on leaving, for
+    code that sets its own (a pipeline's ``threads`` setting, a docs page): the next test on this worker gets the
+    count it started with. torch is imported here, so that the agent_gym tests run without it."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ../shared/data beside the repository; AGENT_R1_SHARED_DATA overrides it (e.g. from a git worktree).

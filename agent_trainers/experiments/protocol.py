@@ -207,10 +207,15 @@ def evaluate_test(
 ) -> None:
     """Evaluate each run's chosen model on the test set once (under its frozen choice); done ones are kept.
 
+    A run whose chosen model another run's test evaluation already evaluated, under the same settings (an arm
+    that chose the model it started from: its start's), gets a copy of that evaluation, named as its own and
+    marked ``copied_from`` in ``summary.json`` and the test log: greedy decoding at a fixed env seed makes it the
+    same evaluation, and a copy costs nothing.
+
     Raises:
         ProtocolError: No test set, or the sweep's definition or a run's choice changed since its test evaluation.
     """
-    from agent_trainers.pipeline.stages import evaluate_model
+    from agent_trainers.pipeline.stages import evaluate_model, evaluation_settings
     from agent_trainers.policies.loader import load_model
 
     if spec.test is None:
@@ -221,21 +226,49 @@ def evaluate_test(
     chosen = {c["run"]: c for c in frozen["runs"]}
     log = read_json(folder / TEST_LOG)
     test: TaskSet = spec.test
+    tasks = (dict(test.env_kwargs), test.first_task, test.tasks)
+
+    def same(run: Run) -> str:  # what makes two test evaluations one: the model and the settings
+        settings = evaluation_settings(run.config, phase="test", tasks=tasks)
+        return json.dumps({"model": chosen[run.name]["model"], **settings}, sort_keys=True)
+
+    made: dict[str, Run] = {}  # the runs with a test evaluation, by what it evaluated
     for k, run in enumerate(runs, 1):
         target, choice = folder / "test" / run.name, chosen[run.name]
         entry = log.get(run.name)
         if entry is not None and entry["choice"] == choice["digest"] and (target / "summary.json").is_file():
+            made.setdefault(same(run), run)
             continue
-        say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']})")
-        policy_model, tokenizer = load_model(choice["model"], device=run.config.device, seed=run.config.seed)
-        evaluate_model(
-            run.config, policy_model, tokenizer, target, phase="test",
-            tasks=(dict(test.env_kwargs), test.first_task, test.tasks), label=f"{run.name} (test)",
-        )  # fmt: skip
-        del policy_model
-        log[run.name] = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep,
-                         "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+        entry = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep}
+        twin = made.get(same(run))
+        if twin is not None:
+            say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']}): {twin.name}'s evaluation, copied")
+            _copy_evaluation_as(folder / "test" / twin.name, target, run, tasks)
+            entry["copied_from"] = twin.name
+        else:
+            say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']})")
+            policy_model, tokenizer = load_model(choice["model"], device=run.config.device, seed=run.config.seed)
+            evaluate_model(run.config, policy_model, tokenizer, target, phase="test", tasks=tasks,
+                           label=f"{run.name} (test)")  # fmt: skip
+            del policy_model
+            made.setdefault(same(run), run)
+        log[run.name] = {**entry, "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_atomic(folder / TEST_LOG, json.dumps(log, indent=1) + "\n")
+
+
+def _copy_evaluation_as(source: Path, target: Path, run: Run, tasks: Any) -> None:
+    """Write ``source``'s test evaluation into ``target`` as ``run``'s: the same episodes and figures, the spec
+    and summary named as :func:`evaluate_test` names ``run``'s own, ``copied_from`` the source folder."""
+    from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, EvalFolder
+    from agent_trainers.pipeline.stages import eval_spec
+
+    spec = eval_spec(run.config, phase="test", tasks=tasks, label=f"{run.name} (test)").to_json()
+    copy = EvalFolder(target)
+    copy.start(spec, resume=False)
+    write_atomic(target / EPISODES, (source / EPISODES).read_text(encoding="utf-8"))
+    summary = read_json(source / SUMMARY)
+    summary.update(label=spec["label"], model=spec["model"], wall_s=0.0, cpu_s=0.0, copied_from=str(source))
+    copy.write_summary(summary)
 
 
 def frozen_test_folders(spec: SweepSpec, runs: Sequence[Run], out: str | Path) -> dict[str, Path]:

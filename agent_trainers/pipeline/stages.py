@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import TrainerCallback
@@ -53,6 +53,9 @@ from agent_trainers.policies.loader import load_model
 from agent_trainers.policies.transformers_policy import TransformersPolicy
 from agent_trainers.rollout.training import EnvRollouts, task_rows
 
+if TYPE_CHECKING:
+    from agent_trainers.evaluation import EvalSpec
+
 __all__ = [
     "EVAL_SEED",
     "RL_TRAINERS",
@@ -60,7 +63,9 @@ __all__ = [
     "RunState",
     "Stage",
     "checkpoint_layout",
+    "eval_spec",
     "evaluate_model",
+    "evaluation_settings",
     "phase_label",
     "train_tasks",
 ]
@@ -149,15 +154,26 @@ def evaluate_model(
 
     ``phase`` names what is evaluated: ``before`` is the base model with tools, anything else the agent.
     """
-    from agent_trainers.evaluation import EvalSpec, Method, run_eval
+    from agent_trainers.evaluation import run_eval
 
     c = config
-    env_kwargs, first, limit = tasks or (dict(c.env.eval_kwargs), c.eval.first_task, c.eval.tasks)
     was_training = model.training
     model.eval()
     bf16 = bf16_enabled(c.device, c.bf16)  # evaluate at the precision the model trains at
     policy = TransformersPolicy(model, tokenizer, batch_size=c.eval.batch_size, seed=c.seed, bf16=bf16)
-    spec = EvalSpec(
+    with _own_rng():
+        run = run_eval(eval_spec(c, phase=phase, tasks=tasks, label=label), policy, out, resume=False)
+    model.train(was_training)
+    return EvalSummary.from_json(run.summary)
+
+
+def eval_spec(config: TrainConfig, *, phase: str, tasks: TaskRange | None = None, label: str | None = None) -> EvalSpec:
+    """The :class:`~agent_trainers.evaluation.EvalSpec` :func:`evaluate_model` evaluates under."""
+    from agent_trainers.evaluation import EvalSpec, Method
+
+    c = config
+    env_kwargs, first, limit = tasks or (dict(c.env.eval_kwargs), c.eval.first_task, c.eval.tasks)
+    return EvalSpec(
         c.env.id,
         Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
         model=c.model.name if phase == "before" else f"{c.output_dir} ({phase})",
@@ -169,10 +185,17 @@ def evaluate_model(
         label=label or phase_label(phase, c),
         chunk_size=c.eval.batch_size,
     )
-    with _own_rng():
-        run = run_eval(spec, policy, out, resume=False)
-    model.train(was_training)
-    return EvalSummary.from_json(run.summary)
+
+
+def evaluation_settings(config: TrainConfig, *, phase: str, tasks: TaskRange | None = None) -> dict[str, Any]:
+    """Everything :func:`evaluate_model`'s results depend on besides the model's weights (JSON-able): two
+    evaluations of one model with equal settings are the same evaluation (greedy decoding, a fixed env seed).
+    The spec's ``model`` and ``label`` name the evaluation and are left out."""
+    spec = eval_spec(config, phase=phase, tasks=tasks).to_json()
+    del spec["model"], spec["label"]
+    policy = {"batch_size": config.eval.batch_size, "seed": config.seed, "device": str(config.device),
+              "bf16": bf16_enabled(config.device, config.bf16)}  # fmt: skip
+    return json.loads(json.dumps({"spec": spec, "policy": policy}, default=str))
 
 
 TaskRange = tuple[dict[str, Any], int, int]

@@ -13,11 +13,10 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-import torch
 
 from agent_gym.envs import _STOP_REASON
 from agent_trainers.policies import load_tokenizer, tiny_random_model
-from tests.conftest import LookupEnv, SlowLookupEnv
+from tests.conftest import LookupEnv, SlowLookupEnv, torch_threads
 
 LOOKUP_ID = "Test/Lookup-v0"
 SLOW_LOOKUP_ID = "Test/SlowLookup-v0"
@@ -62,10 +61,8 @@ def tiny_model(smollm2_tokenizer):
 @pytest.fixture(scope="module")
 def one_thread():
     """Run torch on one thread for a module's tests: a tiny model is several times faster so on a busy 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 def advantages_of(batch: Any, algorithm: str, *, kl_coef: float = 0.0, kl: Any = None, **section: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load_script
+from tests.conftest import load_script, torch_threads
 
 pytestmark = pytest.mark.slow  # about 4 minutes on 2 cores; .ci/run runs it after the default suite
 
@@ -45,8 +45,6 @@ def warm(tmp_path_factory) -> Callable[[int], Any]:
     """The benchmark's settings for a seed, its warm-up made on first use (once per seed and test process), at
     the benchmark's thread count (its ``main`` sets it) as under one pytest process as under xdist: the thread
     count changes the rounding, and so the checkpoint RL starts from."""
-    import torch
-
     from agent_trainers.policies.threads import apply_threads
 
     made: dict[int, Any] = {}
@@ -55,12 +53,9 @@ def warm(tmp_path_factory) -> Callable[[int], Any]:
         if seed not in made:
             args = bench.Args(out=str(tmp_path_factory.mktemp(f"toy-seed{seed}")), steps=STEPS, seed=seed,
                               eval_before_all=True)  # fmt: skip
-            threads = torch.get_num_threads()
-            apply_threads(args.threads)
-            try:
+            with torch_threads():
+                apply_threads(args.threads)
                 bench.warm_up(args, _Bar())
-            finally:
-                torch.set_num_threads(threads)
             made[seed] = args
         return made[seed]
 

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.conftest import torch_threads
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^( *)```([\w-]*)[ \t]*$")
@@ -203,10 +205,7 @@ def test_python_blocks_run(page: str, docs_folder: Path):
     if any("../shared/data" in b.body for b in blocks) and not shared_data():
         pytest.skip(f"{page} reads ../shared/data, which is absent")
     namespace: dict[str, Any] = {"__name__": "__docs__"}
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         for block in blocks:
             try:
                 exec(compile(python_source(block), block.page, "exec"), namespace)
@@ -214,8 +213,6 @@ def test_python_blocks_run(page: str, docs_folder: Path):
                 if (err.name or "").split(".")[0] in OPTIONAL_MODULES:
                     pytest.skip(f"{block.where} needs {err.name} (an optional extra)")
                 raise
-    finally:
-        torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------------------------ bash

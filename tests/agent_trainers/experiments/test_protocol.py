@@ -22,10 +22,11 @@ DEV = {"env_kwargs": {"task_seed": 3}, "tasks": 10}
 TEST = {"env_kwargs": {"task_seed": 4}, "tasks": 10}
 
 
-def sweep(choose="best_dev", test=TEST):
+def sweep(choose="best_dev", test=TEST, rl_set=None):
     return SweepSpec.model_validate({
         "recipe": "tiny", "set": {"rl.steps": 20, "eval.every": 10, "rl.save_steps": 10}, "seeds": [0], "dev": DEV,
-        "test": test, "choose": choose, "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}],
+        "test": test, "choose": choose,
+        "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft", "set": rl_set or {}}],
     })  # fmt: skip
 
 
@@ -147,3 +148,69 @@ def test_the_test_evaluation_needs_a_test_set(tmp_path):
     spec = sweep(test=None)
     with pytest.raises(ProtocolError, match="names no test set"):
         protocol.evaluate_test(spec, finished(tmp_path, spec), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("rl", "rl_set", "copied"),
+    [
+        (((10, 0.60), (20, 0.675)), None, True),  # grpo never beat its start: it chose the SFT model
+        (((10, 0.735), (20, 0.61)), None, False),  # grpo chose its own checkpoint
+        (((10, 0.60), (20, 0.675)), {"eval.batch_size": 3}, False),  # the SFT model, evaluated otherwise
+    ],
+)
+def test_a_run_whose_chosen_model_was_already_tested_gets_a_copy_of_that_evaluation(
+    tmp_path, monkeypatch, rl, rl_set, copied
+):
+    from agent_trainers.evaluation.outputs import EvalFolder
+    from agent_trainers.pipeline import stages
+    from agent_trainers.policies import loader
+
+    spec = sweep(rl_set=rl_set)
+    sft, grpo = runs = finished(tmp_path, spec, rl=rl)
+    evaluated = []
+
+    def evaluate(config, model, tokenizer, out, *, phase, tasks, label):  # what evaluate_model writes, played
+        evaluated.append((model, label))
+        folder = EvalFolder(out)
+        folder.start(stages.eval_spec(config, phase=phase, tasks=tasks, label=label).to_json(), resume=False)
+        (out / "episodes.jsonl").write_text(json.dumps({"task_index": 0, "model": model}) + "\n")
+        em = {"mean": 0.5, "low": 0.25, "high": 0.75, "n": 10}
+        summary = {
+            "label": label,
+            "model": model,
+            "dataset": "toy",
+            "episodes": 10,
+            "metrics": {"em": em},
+            "by_type": {},
+        }
+        folder.write_summary({**summary, "wall_s": 9.5})
+
+    monkeypatch.setattr(stages, "evaluate_model", evaluate)
+    monkeypatch.setattr(loader, "load_model", lambda path, **kw: (path, None))
+    said: list[str] = []
+    protocol.evaluate_test(spec, runs, tmp_path, say=said.append)
+    sft_model = str(sft.folder / "sft")
+    own = (
+        []
+        if copied
+        else [(str(grpo.folder / "rl" / "checkpoint-10") if rl[0][1] > 0.7 else sft_model, "grpo/seed0 (test)")]
+    )
+    assert evaluated == [(sft_model, "sft/seed0 (test)"), *own]
+    log = json.loads((tmp_path / protocol.TEST_LOG).read_text())
+    assert "copied_from" not in log["sft/seed0"]
+    assert log["grpo/seed0"].get("copied_from") == ("sft/seed0" if copied else None)
+    folders = frozen_test_folders(spec, runs, tmp_path)  # a copy counts as the run's own test evaluation
+    source, copy = (json.loads((folders[r] / "summary.json").read_text()) for r in ("sft/seed0", "grpo/seed0"))
+    assert copy["label"] == "grpo/seed0 (test)" and json.loads((folders["grpo/seed0"] / "spec.json").read_text())[
+        "label"] == "grpo/seed0 (test)"  # fmt: skip
+    if copied:
+        assert said[-1].endswith(f"grpo/seed0 ({sft_model}): sft/seed0's evaluation, copied")
+        assert copy["metrics"] == source["metrics"] and copy["wall_s"] == 0.0
+        assert copy["copied_from"] == str(tmp_path / "test" / "sft/seed0") and copy["model"].endswith("grpo (test)")
+        assert (folders["grpo/seed0"] / "episodes.jsonl").read_text() == (
+            folders["sft/seed0"] / "episodes.jsonl"
+        ).read_text()
+    else:
+        assert "copied_from" not in copy and copy["wall_s"] == 9.5
+    protocol.evaluate_test(spec, runs, tmp_path, say=said.append)  # done: nothing evaluated or copied again
+    assert len(evaluated) == 1 + len(own) and json.loads((tmp_path / protocol.TEST_LOG).read_text()) == log
