@@ -210,7 +210,7 @@ def evaluate_test(
     A run whose chosen model another run's test evaluation already evaluated, under the same settings (an arm
     that chose the model it started from: its start's), gets a copy of that evaluation, named as its own and
     marked ``copied_from`` in ``summary.json`` and the test log: greedy decoding at a fixed env seed makes it the
-    same evaluation, and a copy costs nothing.
+    same evaluation, and a copy costs nothing. A sampled evaluation (``eval.temperature`` above 0) is never copied.
 
     Raises:
         ProtocolError: No test set, or the sweep's definition or a run's choice changed since its test evaluation.
@@ -228,19 +228,22 @@ def evaluate_test(
     test: TaskSet = spec.test
     tasks = (dict(test.env_kwargs), test.first_task, test.tasks)
 
-    def same(run: Run) -> str:  # what makes two test evaluations one: the model and the settings
+    def same(run: Run) -> str | None:  # what makes two greedy test evaluations one: the model and the settings
         settings = evaluation_settings(run.config, phase="test", tasks=tasks)
+        if settings["spec"]["rollout"]["temperature"] != 0:
+            return None  # sampled: two evaluations are two draws
         return json.dumps({"model": chosen[run.name]["model"], **settings}, sort_keys=True)
 
-    made: dict[str, Run] = {}  # the runs with a test evaluation, by what it evaluated
+    made: dict[str, Run] = {}  # the runs with a greedy test evaluation, by what it evaluated
     for k, run in enumerate(runs, 1):
-        target, choice = folder / "test" / run.name, chosen[run.name]
+        target, choice, key = folder / "test" / run.name, chosen[run.name], same(run)
         entry = log.get(run.name)
         if entry is not None and entry["choice"] == choice["digest"] and (target / "summary.json").is_file():
-            made.setdefault(same(run), run)
+            if key is not None:
+                made.setdefault(key, run)
             continue
         entry = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep}
-        twin = made.get(same(run))
+        twin = None if key is None else made.get(key)
         if twin is not None:
             say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']}): {twin.name}'s evaluation, copied")
             _copy_evaluation_as(folder / "test" / twin.name, target, run, tasks)
@@ -251,12 +254,13 @@ def evaluate_test(
             evaluate_model(run.config, policy_model, tokenizer, target, phase="test", tasks=tasks,
                            label=f"{run.name} (test)")  # fmt: skip
             del policy_model
-            made.setdefault(same(run), run)
+            if key is not None:
+                made.setdefault(key, run)
         log[run.name] = {**entry, "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_atomic(folder / TEST_LOG, json.dumps(log, indent=1) + "\n")
 
 
-def _copy_evaluation_as(source: Path, target: Path, run: Run, tasks: Any) -> None:
+def _copy_evaluation_as(source: Path, target: Path, run: Run, tasks: tuple[dict[str, Any], int, int]) -> None:
     """Write ``source``'s test evaluation into ``target`` as ``run``'s: the same episodes and figures, the spec
     and summary named as :func:`evaluate_test` names ``run``'s own, ``copied_from`` the source folder."""
     from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, EvalFolder

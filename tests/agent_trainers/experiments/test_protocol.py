@@ -22,9 +22,10 @@ DEV = {"env_kwargs": {"task_seed": 3}, "tasks": 10}
 TEST = {"env_kwargs": {"task_seed": 4}, "tasks": 10}
 
 
-def sweep(choose="best_dev", test=TEST, rl_set=None):
+def sweep(choose="best_dev", test=TEST, rl_set=None, shared_set=None):
     return SweepSpec.model_validate({
-        "recipe": "tiny", "set": {"rl.steps": 20, "eval.every": 10, "rl.save_steps": 10}, "seeds": [0], "dev": DEV,
+        "recipe": "tiny", "set": {"rl.steps": 20, "eval.every": 10, "rl.save_steps": 10, **(shared_set or {})},
+        "seeds": [0], "dev": DEV,
         "test": test, "choose": choose,
         "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft", "set": rl_set or {}}],
     })  # fmt: skip
@@ -151,21 +152,22 @@ def test_the_test_evaluation_needs_a_test_set(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("rl", "rl_set", "copied"),
+    ("rl", "rl_set", "shared_set", "copied"),
     [
-        (((10, 0.60), (20, 0.675)), None, True),  # grpo never beat its start: it chose the SFT model
-        (((10, 0.735), (20, 0.61)), None, False),  # grpo chose its own checkpoint
-        (((10, 0.60), (20, 0.675)), {"eval.batch_size": 3}, False),  # the SFT model, evaluated otherwise
+        (((10, 0.60), (20, 0.675)), None, None, True),  # grpo never beat its start: it chose the SFT model
+        (((10, 0.735), (20, 0.61)), None, None, False),  # grpo chose its own checkpoint
+        (((10, 0.60), (20, 0.675)), {"eval.batch_size": 3}, None, False),  # the SFT model, evaluated otherwise
+        (((10, 0.60), (20, 0.675)), None, {"eval.temperature": 0.7}, False),  # sampled: another draw
     ],
 )
 def test_a_run_whose_chosen_model_was_already_tested_gets_a_copy_of_that_evaluation(
-    tmp_path, monkeypatch, rl, rl_set, copied
+    tmp_path, monkeypatch, rl, rl_set, shared_set, copied
 ):
     from agent_trainers.evaluation.outputs import EvalFolder
     from agent_trainers.pipeline import stages
     from agent_trainers.policies import loader
 
-    spec = sweep(rl_set=rl_set)
+    spec = sweep(rl_set=rl_set, shared_set=shared_set)
     sft, grpo = runs = finished(tmp_path, spec, rl=rl)
     evaluated = []
 
