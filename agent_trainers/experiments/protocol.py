@@ -237,27 +237,24 @@ def evaluate_test(
     made: dict[str, Run] = {}  # the runs with a greedy test evaluation, by what it evaluated
     for k, run in enumerate(runs, 1):
         target, choice, key = folder / "test" / run.name, chosen[run.name], same(run)
-        entry = log.get(run.name)
-        if entry is not None and entry["choice"] == choice["digest"] and (target / "summary.json").is_file():
-            if key is not None:
-                made.setdefault(key, run)
-            continue
-        entry = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep}
-        twin = None if key is None else made.get(key)
-        if twin is not None:
-            say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']}): {twin.name}'s evaluation, copied")
-            _copy_evaluation_as(folder / "test" / twin.name, target, run, tasks)
-            entry["copied_from"] = twin.name
-        else:
-            say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']})")
-            policy_model, tokenizer = load_model(choice["model"], device=run.config.device, seed=run.config.seed)
-            evaluate_model(run.config, policy_model, tokenizer, target, phase="test", tasks=tasks,
-                           label=f"{run.name} (test)")  # fmt: skip
-            del policy_model
-            if key is not None:
-                made.setdefault(key, run)
-        log[run.name] = {**entry, "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-        write_atomic(folder / TEST_LOG, json.dumps(log, indent=1) + "\n")
+        done = log.get(run.name)
+        if done is None or done["choice"] != choice["digest"] or not (target / "summary.json").is_file():
+            entry = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep}
+            twin = None if key is None else made.get(key)
+            if twin is not None:
+                say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']}): {twin.name}'s evaluation, copied")
+                _copy_evaluation_as(folder / "test" / twin.name, target, run, tasks)
+                entry["copied_from"] = twin.name
+            else:
+                say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']})")
+                policy_model, tokenizer = load_model(choice["model"], device=run.config.device, seed=run.config.seed)
+                evaluate_model(run.config, policy_model, tokenizer, target, phase="test", tasks=tasks,
+                               label=f"{run.name} (test)")  # fmt: skip
+                del policy_model
+            log[run.name] = {**entry, "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            write_atomic(folder / TEST_LOG, json.dumps(log, indent=1) + "\n")
+        if key is not None:
+            made.setdefault(key, run)  # the first run with this evaluation is the one copied from
 
 
 def _copy_evaluation_as(source: Path, target: Path, run: Run, tasks: tuple[dict[str, Any], int, int]) -> None:

@@ -159,8 +159,7 @@ def evaluate_model(
     c = config
     was_training = model.training
     model.eval()
-    bf16 = bf16_enabled(c.device, c.bf16)  # evaluate at the precision the model trains at
-    policy = TransformersPolicy(model, tokenizer, batch_size=c.eval.batch_size, seed=c.seed, bf16=bf16)
+    policy = TransformersPolicy(model, tokenizer, **_eval_policy_kwargs(c))
     with _own_rng():
         run = run_eval(eval_spec(c, phase=phase, tasks=tasks, label=label), policy, out, resume=False)
     model.train(was_training)
@@ -193,9 +192,13 @@ def evaluation_settings(config: TrainConfig, *, phase: str, tasks: TaskRange | N
     The spec's ``model`` and ``label`` name the evaluation and are left out."""
     spec = eval_spec(config, phase=phase, tasks=tasks).to_json()
     del spec["model"], spec["label"]
-    policy = {"batch_size": config.eval.batch_size, "seed": config.seed, "device": str(config.device),
-              "bf16": bf16_enabled(config.device, config.bf16)}  # fmt: skip
+    policy = {**_eval_policy_kwargs(config), "device": str(config.device)}
     return json.loads(json.dumps({"spec": spec, "policy": policy}, default=str))
+
+
+def _eval_policy_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """The evaluation policy's settings: its batch, its seed, and the precision the model trains at."""
+    return {"batch_size": config.eval.batch_size, "seed": config.seed, "bf16": bf16_enabled(config.device, config.bf16)}
 
 
 TaskRange = tuple[dict[str, Any], int, int]
