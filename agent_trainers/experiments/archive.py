@@ -42,11 +42,20 @@ EVAL_FILES = ("spec.json", "summary.json")
 are made from these)."""
 
 
-def _copy_evaluation(src: Path, dst: Path) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
+def _put(data: bytes, dst: Path) -> bool:
+    """Write ``data`` to ``dst`` unless it already holds exactly that; whether it wrote."""
+    if dst.is_file() and dst.read_bytes() == data:
+        return False
+    write_atomic(dst, data)
+    return True
+
+
+def _copy_evaluation(src: Path, dst: Path) -> bool:
+    """Copy one evaluation's results (episodes without trajectories); whether anything in ``dst`` changed."""
+    changed = False
     for name in EVAL_FILES:
         if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
+            changed |= _put((src / name).read_bytes(), dst / name)
     episodes = src / "episodes.jsonl"
     if episodes.is_file():
         lines = []
@@ -55,7 +64,8 @@ def _copy_evaluation(src: Path, dst: Path) -> None:
                 record = json.loads(line)
                 record.pop("trajectory", None)
                 lines.append(json.dumps(record))
-        write_atomic(dst / "episodes.jsonl", "".join(x + "\n" for x in lines))
+        changed |= _put("".join(x + "\n" for x in lines).encode("utf-8"), dst / "episodes.jsonl")
+    return changed
 
 
 def _merge(src: Path, dst: Path, names: set[str]) -> None:
@@ -79,28 +89,38 @@ def _merge(src: Path, dst: Path, names: set[str]) -> None:
 def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> list[str]:
     """Copy the results of ``runs`` (finished, in the sweep folder ``out``) into ``archive``; returns their names.
 
+    A run archived earlier whose results are unchanged keeps its files and its stamp as they were, so archiving a
+    sweep again (each ``agent-r1 sweep --archive`` archives every seed it finishes or finds finished) changes
+    nothing in a committed archive but the new seeds.
+
     Raises:
         ProtocolError: The archive holds runs of another definition of the sweep.
         ValueError: A run is not finished, or its folder is not under ``out``.
     """
     out, archive = Path(out), Path(archive)
     names = {r.name for r in runs}
+    changed: set[str] = set()
     for run in runs:
         if not run.done:
             raise ValueError(f"{run.name} is not finished: only finished runs are archived")
         dst = archive / run.folder.relative_to(out)
         dst.mkdir(parents=True, exist_ok=True)
         for name in RUN_FILES:
-            if (run.folder / name).is_file():
-                shutil.copy2(run.folder / name, dst / name)
+            if (run.folder / name).is_file() and _put((run.folder / name).read_bytes(), dst / name):
+                changed.add(run.name)
         for phase in sorted(p for p in (run.folder / "eval").glob("*") if p.is_dir()):
-            _copy_evaluation(phase, dst / "eval" / phase.name)
-        if (out / "test" / run.name).is_dir():
-            _copy_evaluation(out / "test" / run.name, archive / "test" / run.name)
+            if _copy_evaluation(phase, dst / "eval" / phase.name):
+                changed.add(run.name)
+        if (out / "test" / run.name).is_dir() and _copy_evaluation(
+            out / "test" / run.name, archive / "test" / run.name
+        ):
+            changed.add(run.name)
+        if not (dst / ARCHIVED).is_file():
+            changed.add(run.name)
     for name in (CHOICES, TEST_LOG, COSTS):
         if (out / name).is_file():
             _merge(out / name, archive / name, names)
-    for run in runs:  # last: a run is archived only once everything it needs is there
+    for run in (r for r in runs if r.name in changed):  # last: a run is archived once everything it needs is there
         stamp = {"run": run.name, "archived_at": time.strftime("%Y-%m-%d %H:%M:%S"), "from": str(run.folder)}
         write_atomic(archive / run.folder.relative_to(out) / ARCHIVED, json.dumps(stamp) + "\n")
     return sorted(names)

@@ -9,6 +9,8 @@ import shutil
 
 import pytest
 
+from agent_trainers.experiments.archive import archive_runs
+from agent_trainers.experiments.plan import ARCHIVED, plan_runs
 from agent_trainers.experiments.protocol import TEST_LOG, ProtocolError
 from agent_trainers.experiments.runner import run_in_process
 from agent_trainers.experiments.spec import SweepSpec
@@ -23,6 +25,50 @@ def tiny_sweep(**update):
         "first_task": 2, "tasks": 2}, "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}],
         **update,
     })  # fmt: skip
+
+
+def finished(run, f1: float) -> None:
+    """Make ``run`` look trained: a final model marker, a metrics file and one dev evaluation."""
+    (run.folder / "final").mkdir(parents=True)
+    (run.folder / "final" / "agent_r1.json").write_text("{}")
+    (run.folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+    (run.folder / "eval" / "final").mkdir(parents=True)
+    (run.folder / "eval" / "final" / "summary.json").write_text(json.dumps({"f1": f1}))
+    record = {"task": "q1", "scores": {"f1": f1}, "trajectory": [{"role": "user", "content": "q"}]}
+    (run.folder / "eval" / "final" / "episodes.jsonl").write_text(json.dumps(record) + "\n")
+
+
+def test_archiving_again_leaves_unchanged_runs_as_they_were(tmp_path):
+    """Each ``sweep --archive`` archives every finished seed again: an unchanged run keeps its stamp (a committed
+    archive shows no churn), a changed one is stamped anew, and trajectories never reach the archive."""
+    out, archive = tmp_path / "sweep", tmp_path / "archive"
+    sft, grpo = plan_runs(tiny_sweep(), out)
+    finished(sft, 0.25)
+    finished(grpo, 0.5)
+    assert archive_runs([sft, grpo], out, archive) == ["grpo/seed0", "sft/seed0"]
+    stamps = {r.name: archive / r.folder.relative_to(out) / ARCHIVED for r in (sft, grpo)}
+    first = {name: p.read_text() for name, p in stamps.items()}
+    episodes = archive / "seed0" / "grpo" / "eval" / "final" / "episodes.jsonl"
+    assert json.loads(episodes.read_text()) == {"task": "q1", "scores": {"f1": 0.5}}
+    for p in stamps.values():  # a stamp from a day ago: any rewrite would show
+        p.write_text(p.read_text().replace('"archived_at": "', '"archived_at": "yesterday '))
+    before = {name: p.read_text() for name, p in stamps.items()}
+
+    archive_runs([sft, grpo], out, archive)  # nothing changed
+    assert {name: p.read_text() for name, p in stamps.items()} == before
+
+    (grpo.folder / "eval" / "final" / "summary.json").write_text(json.dumps({"f1": 0.75}))
+    archive_runs([sft, grpo], out, archive)  # grpo's evaluation changed; sft's did not
+    assert stamps["sft/seed0"].read_text() == before["sft/seed0"]
+    assert (
+        stamps["grpo/seed0"].read_text() != before["grpo/seed0"] and "yesterday" not in stamps["grpo/seed0"].read_text()
+    )
+    assert json.loads((archive / "seed0" / "grpo" / "eval" / "final" / "summary.json").read_text()) == {"f1": 0.75}
+    assert first["sft/seed0"].startswith('{"run": "sft/seed0"')
+
+    stamps["sft/seed0"].unlink()  # an archive cut before its stamps were written: the run is stamped again
+    archive_runs([sft, grpo], out, archive)
+    assert stamps["sft/seed0"].is_file() and "yesterday" not in stamps["sft/seed0"].read_text()
 
 
 @pytest.mark.slow  # ~60 s (two tiny sweeps); CI runs it after the default suite
