@@ -1,7 +1,8 @@
 """Experiments as data (the layer above :mod:`agent_trainers.pipeline`): a sweep is a recipe, arms, seeds, a dev
 set and a test set (:mod:`.spec`); its runs are typed copies of the recipe (:mod:`.plan`), run in subprocesses or
 in this process (:mod:`.runner`); every choice is made on dev and the test set is evaluated once, after the
-choices are frozen (:mod:`.protocol`); one report serves every sweep (:mod:`.report`); a sweep grows seed by
+choices are frozen (:mod:`.protocol`), like any transfer set, with untrained baselines beside the arms (the
+paper's Table 3, :mod:`.transfer`); one report serves every sweep (:mod:`.report`); a sweep grows seed by
 seed across machines through an archive of its results (:mod:`.archive`); ``agent-r1 sweep`` (:mod:`.sweep`).
 The packaged sweeps live in ``agent_trainers/sweeps/``.
 """

@@ -4,20 +4,22 @@ to commit (``agent-r1 sweep NAME --archive DIR``).
 A sweep of several seeds can take longer than the machine it runs on lives (a lent GPU box, a CI runner, a
 sandbox that is wiped between sessions), and its checkpoints are too large to keep. What the report reads is
 small: each run's config and ``metrics.jsonl`` (the dev curve, seconds per step), its evaluations' summaries and
-per-task records, its test evaluation, its choice, its test-log entry and its cost. So a sweep grows seed by seed:
+per-task records, its test (and transfer sets') evaluations, its choice, its log entries and its cost, and the
+sweep's baseline evaluations. So a sweep grows seed by seed:
 
 1. a seed's runs are trained, their checkpoints chosen on dev and their test set evaluated on one machine
    (:func:`~agent_trainers.experiments.protocol.evaluate_test`: every choice is a run's own);
 2. :func:`archive_runs` copies those results into the archive: the files above, each ``episodes.jsonl`` without
    its trajectories (the numbers stay; the viewer's tokens do not), and merges the sweep's ``choices.json``,
-   ``test_log.json`` and ``costs.json`` entries;
+   ``test_log.json``, transfer logs and ``costs.json`` entries (:func:`archive_baselines`: the baselines);
 3. on the next machine :func:`restore_runs` copies the archived runs into the new sweep folder, where they count as
    finished (:attr:`~agent_trainers.experiments.plan.Run.archived`) and keep their test figures; the sweep trains
    the seeds that are missing and reports over all of them.
 
 The protocol holds across machines: a test evaluation records the sweep's definition
 (:func:`~agent_trainers.experiments.protocol.sweep_digest`), so a seed added under a changed recipe is refused.
-A seed whose machine went before its test evaluation is trained again from the start.
+A seed whose machine went before its test evaluation is trained again from the start; a transfer set named after
+a seed was archived needs that seed's weights, so it is evaluated on the machine that trained it.
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from pathlib import Path
 
 from agent_gym.core.files import write_atomic
 from agent_trainers.experiments.plan import ARCHIVED, Run, read_json
-from agent_trainers.experiments.protocol import CHOICES, TEST_LOG, ProtocolError
+from agent_trainers.experiments.protocol import CHOICES, TEST_LOG, TRANSFER, ProtocolError
 from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
 
-__all__ = ["archive_runs", "restore_runs"]
+__all__ = ["archive_baselines", "archive_runs", "restore_runs"]
+
+BASELINES = "baselines"
+"""The sweep's baseline evaluations (:data:`~.transfer.BASELINE_FOLDER`)."""
 
 RUN_FILES = (RUN_CONFIG, "config.yaml", "metrics.jsonl")
 """What a run folder keeps in the archive, besides its evaluations."""
@@ -111,15 +116,14 @@ def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> l
         for phase in sorted(p for p in (run.folder / "eval").glob("*") if p.is_dir()):
             if _copy_evaluation(phase, dst / "eval" / phase.name):
                 changed.add(run.name)
-        if (out / "test" / run.name).is_dir() and _copy_evaluation(
-            out / "test" / run.name, archive / "test" / run.name
-        ):
-            changed.add(run.name)
+        for held in _held_out_folders(out):  # test/, transfer/<set>/
+            src = out / held / run.name
+            if src.is_dir() and _copy_evaluation(src, archive / held / run.name):
+                changed.add(run.name)
         if not (dst / ARCHIVED).is_file():
             changed.add(run.name)
-    for name in (CHOICES, TEST_LOG, COSTS):
-        if (out / name).is_file():
-            _merge(out / name, archive / name, names)
+    for log in _logs(out):
+        _merge(out / log, archive / log, names)
     for run in (r for r in runs if r.name in changed):  # last: a run is archived once everything it needs is there
         stamp = {"run": run.name, "archived_at": time.strftime("%Y-%m-%d %H:%M:%S"), "from": str(run.folder)}
         write_atomic(archive / run.folder.relative_to(out) / ARCHIVED, json.dumps(stamp) + "\n")
@@ -139,10 +143,38 @@ def restore_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> l
         if run.done or not (src / ARCHIVED).is_file():
             continue
         shutil.copytree(src, run.folder, dirs_exist_ok=True)
-        if (archive / "test" / run.name).is_dir():
-            shutil.copytree(archive / "test" / run.name, out / "test" / run.name, dirs_exist_ok=True)
+        for held in _held_out_folders(archive):
+            if (archive / held / run.name).is_dir():
+                shutil.copytree(archive / held / run.name, out / held / run.name, dirs_exist_ok=True)
         restored.append(run.name)
-    for name in (CHOICES, TEST_LOG, COSTS):
-        if restored and (archive / name).is_file():
-            _merge(archive / name, out / name, set(restored))
+    for log in _logs(archive) if restored else []:
+        _merge(archive / log, out / log, set(restored))
+    if (archive / BASELINES).is_dir() and not (out / BASELINES).is_dir():
+        shutil.copytree(archive / BASELINES, out / BASELINES)
     return restored
+
+
+def archive_baselines(out: str | Path, archive: str | Path) -> list[str]:
+    """Copy the sweep's finished baseline evaluations (``baselines/<set>/<method>``) into ``archive``, without
+    trajectories; returns the ``<set>/<method>`` names of those that changed there."""
+    out, archive = Path(out), Path(archive)
+    changed = []
+    for summary in sorted((out / BASELINES).glob("*/*/summary.json")):
+        name = summary.parent.relative_to(out / BASELINES)
+        if _copy_evaluation(summary.parent, archive / BASELINES / name):
+            changed.append(str(name))
+    return changed
+
+
+def _held_out_folders(root: Path) -> list[str]:
+    """The held-out sets' evaluation folders under a sweep folder or an archive: ``test`` and ``transfer/<set>``."""
+    return ["test", *(f"{TRANSFER}/{p.name}" for p in sorted((root / TRANSFER).glob("*")) if p.is_dir())]
+
+
+def _logs(root: Path) -> list[str]:
+    """The sweep-level ``{run: entry}`` files under ``root``: choices, test and transfer logs, costs."""
+    logs = [
+        *(CHOICES, TEST_LOG, COSTS),
+        *(f"{TRANSFER}/{p.name}" for p in sorted((root / TRANSFER).glob("*_log.json"))),
+    ]
+    return [x for x in logs if (root / x).is_file()]

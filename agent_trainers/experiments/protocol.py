@@ -10,6 +10,8 @@
    made under. A test set evaluated under other choices is refused - a test set that was looked at while
    choosing is a dev set from then on - and a test figure is reported only from an evaluation that log holds
    (:func:`frozen_test_folders`).
+4. **Transfer sets** (:attr:`~.spec.SweepSpec.transfer`, :class:`HeldOut`): test sets of other data, evaluated the
+   same way right after the test set, each with its own log.
 
 Every choice is a run's own (its checkpoint, on its own dev curve); the rest - the recipe, the arms, the dev and
 test sets, the rule - is the sweep's definition, fixed before anything runs. So a seed's runs can be tested as
@@ -35,13 +37,16 @@ from agent_trainers.experiments.spec import Choose, Stage, SweepSpec, TaskSet
 __all__ = [
     "CHOICES",
     "TEST_LOG",
+    "TRANSFER",
     "Choice",
+    "HeldOut",
     "ProtocolError",
     "check_definition",
     "dev_curve",
     "evaluate_test",
     "freeze_choices",
     "frozen_test_folders",
+    "held_out_sets",
     "make_choices",
     "sweep_digest",
 ]
@@ -50,6 +55,8 @@ CHOICES = "choices.json"
 """The frozen choices, in the sweep's folder."""
 TEST_LOG = "test_log.json"
 """Every test evaluation made, with the choices it was made under."""
+TRANSFER = "transfer"
+"""The transfer sets' evaluations and logs, in the sweep's folder."""
 
 
 class ProtocolError(ValueError):
@@ -127,18 +134,21 @@ def make_choices(spec: SweepSpec, runs: Sequence[Run]) -> list[Choice]:
     return out
 
 
+OUTSIDE_DEFINITION = {"seeds", "description", "transfer", "baselines"}
+"""The spec's fields left out of :func:`sweep_digest`: more seeds, and sets evaluated after every choice."""
 NOT_A_CHOICE = ("threads", "verbose", "report_to", "output_dir")
 """Overrides that change how a run is carried out, not what it computes: left out of :func:`sweep_digest`."""
 
 
 def sweep_digest(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> str:
-    """The digest of a sweep's definition: the spec less its seeds and description, the recipe file's text and the
-    caller's overrides (less :data:`NOT_A_CHOICE`). Test evaluations record it; one made under another is refused."""
+    """The digest of a sweep's definition: the spec less its seeds, description, transfer sets and baselines (they
+    choose nothing), the recipe file's text and the caller's overrides (less :data:`NOT_A_CHOICE`). Test
+    evaluations record it; one made under another is refused."""
     from agent_trainers.pipeline.config import find_config
 
     kept = {k: v for k, v in (overrides or {}).items() if k.split(".")[0] not in NOT_A_CHOICE}
     recipe = hashlib.sha256(find_config(spec.recipe).read_bytes()).hexdigest()
-    blob = {"spec": spec.model_dump(mode="json", exclude={"seeds", "description"}), "recipe": recipe, "set": kept}
+    blob = {"spec": spec.model_dump(mode="json", exclude=OUTSIDE_DEFINITION), "recipe": recipe, "set": kept}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -202,68 +212,125 @@ def freeze_choices(spec: SweepSpec, runs: Sequence[Run], out: str | Path, sweep:
     return frozen
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """A set evaluated once, after the choices are frozen: the test set, or a transfer set (:attr:`SweepSpec.transfer`).
+
+    Attributes:
+        name: ``test``, or the transfer set's name.
+        tasks: Its tasks.
+        env: Its env id (None: each run's recipe env).
+        folder: Its evaluations, one folder per run (``<folder>/<arm>/seed<k>``).
+        log: Its log: per run, the choice and the sweep definition its evaluation was made under.
+    """
+
+    name: str
+    tasks: TaskSet
+    env: str | None
+    folder: Path
+    log: Path
+
+    def config(self, run: Run) -> Any:
+        """``run``'s config, evaluating on this set's env."""
+        c = run.config
+        return c if self.env is None else c.model_copy(update={"env": c.env.model_copy(update={"id": self.env})})
+
+    @property
+    def task_range(self) -> tuple[dict[str, Any], int, int]:
+        """``(env kwargs, first task, count)``, as :func:`~agent_trainers.pipeline.stages.evaluate_model` takes it."""
+        return (dict(self.tasks.env_kwargs), self.tasks.first_task, self.tasks.tasks)
+
+
+def held_out_sets(spec: SweepSpec, out: str | Path) -> list[HeldOut]:
+    """The test set (evaluations in ``test/``, log :data:`TEST_LOG`) and each transfer set (``transfer/<name>/``,
+    log ``transfer/<name>_log.json``) of ``spec``, in that order."""
+    folder = Path(out)
+    sets = [] if spec.test is None else [HeldOut("test", spec.test, None, folder / "test", folder / TEST_LOG)]
+    for name, ts in spec.transfer.items():
+        sets.append(HeldOut(name, ts, ts.env, folder / TRANSFER / name, folder / TRANSFER / f"{name}_log.json"))
+    return sets
+
+
 def evaluate_test(
     spec: SweepSpec, runs: Sequence[Run], out: str | Path, say: Any = print, sweep: str | None = None
 ) -> None:
-    """Evaluate each run's chosen model on the test set once (under its frozen choice); done ones are kept.
+    """Evaluate each run's chosen model on the test set once (under its frozen choice), then on each transfer set;
+    done ones are kept.
 
-    A run whose chosen model another run's test evaluation already evaluated, under the same settings (an arm
-    that chose the model it started from: its start's), gets a copy of that evaluation, named as its own and
-    marked ``copied_from`` in ``summary.json`` and the test log: greedy decoding at a fixed env seed makes it the
-    same evaluation, and a copy costs nothing. A sampled evaluation (``eval.temperature`` above 0) is never copied.
+    A run whose chosen model another run's evaluation already evaluated, under the same settings (an arm that
+    chose the model it started from: its start's), gets a copy of that evaluation, named as its own and marked
+    ``copied_from`` in ``summary.json`` and the log: greedy decoding at a fixed env seed makes it the same
+    evaluation, and a copy costs nothing. A sampled evaluation (``eval.temperature`` above 0) is never copied.
 
     Raises:
         ProtocolError: No test set, or the sweep's definition or a run's choice changed since its test evaluation.
     """
+    if spec.test is None:
+        raise ProtocolError("the sweep names no test set")
+    sweep = sweep or sweep_digest(spec)
+    frozen = freeze_choices(spec, runs, out, sweep)  # refuses choices other than the test set's
+    chosen = {c["run"]: c for c in frozen["runs"]}
+    for held in held_out_sets(spec, out):
+        _evaluate_once(held, runs, chosen, sweep, say)
+
+
+def _evaluate_once(
+    held: HeldOut, runs: Sequence[Run], chosen: Mapping[str, Mapping[str, Any]], sweep: str, say: Any
+) -> None:
+    """Evaluate each run's chosen model on ``held`` unless its log holds an evaluation under the same choice."""
     from agent_trainers.pipeline.stages import evaluate_model, evaluation_settings
     from agent_trainers.policies.loader import load_model
 
-    if spec.test is None:
-        raise ProtocolError("the sweep names no test set")
-    folder = Path(out)
-    sweep = sweep or sweep_digest(spec)
-    frozen = freeze_choices(spec, runs, folder, sweep)  # refuses choices other than the test set's
-    chosen = {c["run"]: c for c in frozen["runs"]}
-    log = read_json(folder / TEST_LOG)
-    test: TaskSet = spec.test
-    tasks = (dict(test.env_kwargs), test.first_task, test.tasks)
+    log = read_json(held.log)
+    tasks = held.task_range
+    where = "test" if held.name == "test" else f"transfer {held.name}"
 
-    def same(run: Run) -> str | None:  # what makes two greedy test evaluations one: the model and the settings
-        settings = evaluation_settings(run.config, phase="test", tasks=tasks)
+    def same(run: Run) -> str | None:  # what makes two greedy evaluations one: the model and the settings
+        settings = evaluation_settings(held.config(run), phase="test", tasks=tasks)
         if settings["spec"]["rollout"]["temperature"] != 0:
             return None  # sampled: two evaluations are two draws
         return json.dumps({"model": chosen[run.name]["model"], **settings}, sort_keys=True)
 
-    made: dict[str, Run] = {}  # the runs with a greedy test evaluation, by what it evaluated
+    made: dict[str, Run] = {}  # the runs with a greedy evaluation, by what it evaluated
     for k, run in enumerate(runs, 1):
-        target, choice, key = folder / "test" / run.name, chosen[run.name], same(run)
+        target, choice, key = held.folder / run.name, chosen[run.name], same(run)
         done = log.get(run.name)
         if done is None or done["choice"] != choice["digest"] or not (target / "summary.json").is_file():
+            if run.archived:
+                raise ProtocolError(
+                    f"{run.name} was restored from an archive, without its weights: it has no {where} evaluation and "
+                    f"none can be made here; evaluate {held.name} on the machine that holds its checkpoints"
+                )
             entry = {"model": choice["model"], "step": choice["step"], "choice": choice["digest"], "sweep": sweep}
             twin = None if key is None else made.get(key)
+            label = f"{run.name} ({held.name})"
             if twin is not None:
-                say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']}): {twin.name}'s evaluation, copied")
-                _copy_evaluation_as(folder / "test" / twin.name, target, run, tasks)
+                say(
+                    f"[sweep] {where} {k}/{len(runs)}: {run.name} ({choice['model']}): {twin.name}'s evaluation, copied"
+                )
+                _copy_evaluation_as(held.folder / twin.name, target, held.config(run), tasks, label)
                 entry["copied_from"] = twin.name
             else:
-                say(f"[sweep] test {k}/{len(runs)}: {run.name} ({choice['model']})")
+                say(f"[sweep] {where} {k}/{len(runs)}: {run.name} ({choice['model']})")
                 policy_model, tokenizer = load_model(choice["model"], device=run.config.device, seed=run.config.seed)
-                evaluate_model(run.config, policy_model, tokenizer, target, phase="test", tasks=tasks,
-                               label=f"{run.name} (test)")  # fmt: skip
+                evaluate_model(held.config(run), policy_model, tokenizer, target, phase="test", tasks=tasks,
+                               label=label)  # fmt: skip
                 del policy_model
             log[run.name] = {**entry, "evaluated_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-            write_atomic(folder / TEST_LOG, json.dumps(log, indent=1) + "\n")
+            write_atomic(held.log, json.dumps(log, indent=1) + "\n")
         if key is not None:
             made.setdefault(key, run)  # the first run with this evaluation is the one copied from
 
 
-def _copy_evaluation_as(source: Path, target: Path, run: Run, tasks: tuple[dict[str, Any], int, int]) -> None:
-    """Write ``source``'s test evaluation into ``target`` as ``run``'s: the same episodes and figures, the spec
-    and summary named as :func:`evaluate_test` names ``run``'s own, ``copied_from`` the source folder."""
+def _copy_evaluation_as(
+    source: Path, target: Path, config: Any, tasks: tuple[dict[str, Any], int, int], label: str
+) -> None:
+    """Write ``source``'s evaluation into ``target`` as the evaluation of the run of ``config``: the same episodes
+    and figures, the spec and summary named as its own (``label``), ``copied_from`` the source folder."""
     from agent_trainers.evaluation.outputs import EPISODES, SUMMARY, EvalFolder
     from agent_trainers.pipeline.stages import eval_spec
 
-    spec = eval_spec(run.config, phase="test", tasks=tasks, label=f"{run.name} (test)").to_json()
+    spec = eval_spec(config, phase="test", tasks=tasks, label=label).to_json()
     copy = EvalFolder(target)
     copy.start(spec, resume=False)
     write_atomic(target / EPISODES, (source / EPISODES).read_text(encoding="utf-8"))
@@ -272,14 +339,17 @@ def _copy_evaluation_as(source: Path, target: Path, run: Run, tasks: tuple[dict[
     copy.write_summary(summary)
 
 
-def frozen_test_folders(spec: SweepSpec, runs: Sequence[Run], out: str | Path) -> dict[str, Path]:
-    """The test evaluation folder of each run, only as the protocol made it (under its frozen choice).
+def frozen_test_folders(spec: SweepSpec, runs: Sequence[Run], out: str | Path, where: str = "test") -> dict[str, Path]:
+    """The evaluation folder of each run on the test set (or the transfer set ``where``), only as the protocol made
+    it (under its frozen choice).
 
     Raises:
-        ProtocolError: A run's test figure was not made under its frozen choice, or is missing.
+        ProtocolError: A run's figure was not made under its frozen choice, or is missing.
+        KeyError: No such set.
     """
     folder = Path(out)
-    frozen, log = read_json(folder / CHOICES), read_json(folder / TEST_LOG)
+    held = {h.name: h for h in held_out_sets(spec, folder)}[where]
+    frozen, log = read_json(folder / CHOICES), read_json(held.log)
     if not frozen:
         raise ProtocolError(f"{folder} has no {CHOICES}: no test figure is reported before the choices are frozen")
     chosen = {c["run"]: c["digest"] for c in frozen["runs"]}
@@ -287,6 +357,6 @@ def frozen_test_folders(spec: SweepSpec, runs: Sequence[Run], out: str | Path) -
     for run in runs:
         entry, digest = log.get(run.name), chosen.get(run.name)
         if entry is None or digest is None or entry["choice"] != digest or entry["sweep"] != frozen["sweep"]:
-            raise ProtocolError(f"{run.name}: no test evaluation under its frozen choice ({digest})")
-        out_folders[run.name] = folder / "test" / run.name
+            raise ProtocolError(f"{run.name}: no {where} evaluation under its frozen choice ({digest})")
+        out_folders[run.name] = held.folder / run.name
     return out_folders

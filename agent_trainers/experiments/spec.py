@@ -29,7 +29,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agent_trainers.algorithms.shared.names import Algorithm
 from agent_trainers.pipeline.config import load_yaml
 
-__all__ = ["PACKAGED_SWEEPS", "Arm", "Choose", "Stage", "SweepSpec", "TaskSet", "find_sweep", "load_sweep"]
+__all__ = [
+    "BASELINES",
+    "PACKAGED_SWEEPS",
+    "Arm",
+    "Choose",
+    "Stage",
+    "SweepSpec",
+    "TaskSet",
+    "TransferSet",
+    "find_sweep",
+    "load_sweep",
+]
 
 PACKAGED_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 """The sweeps shipped in the package (``agent-r1 sweep NAME``)."""
@@ -54,6 +65,17 @@ class TaskSet(_Data):
         import json
 
         return (json.dumps(self.env_kwargs, sort_keys=True), self.first_task, self.tasks)
+
+
+class TransferSet(TaskSet):
+    """A test set of another task family or data set (out of domain), evaluated like the test set."""
+
+    env: str | None = None
+    """Its registered env id (e.g. ``AgentR1/MuSiQue-v0``); None: the recipe's env."""
+
+
+BASELINES = ("closed-book", "naive-rag", "base-tool-call")
+"""The untrained methods a sweep can evaluate beside its arms (:class:`~agent_trainers.evaluation.Method`)."""
 
 
 class Stage(StrEnum):
@@ -112,6 +134,13 @@ class SweepSpec(_Data):
     """How each RL run's checkpoint is chosen on dev."""
     arms: list[Arm] = Field(min_length=1)
     """The arms, in the order they run (an arm comes after the arm it starts from)."""
+    transfer: dict[str, TransferSet] = Field(default_factory=dict)
+    """Out-of-domain test sets by name (the paper's Table 3: 2Wiki and MuSiQue for a HotpotQA agent): evaluated
+    once, like the test set, for every run's chosen model after the choices are frozen. They choose nothing, so
+    naming one after a seed was tested leaves the sweep's definition (:func:`~.protocol.sweep_digest`) as it was."""
+    baselines: list[str] = Field(default_factory=list)
+    """Untrained methods (:data:`BASELINES`) evaluated once with the recipe's base model and rollout limits on the
+    test set and every transfer set, as rows beside the arms; like :attr:`transfer`, outside the definition."""
 
     @model_validator(mode="after")
     def _arms_are_consistent(self) -> SweepSpec:
@@ -125,6 +154,14 @@ class SweepSpec(_Data):
                 raise ValueError(f"arm {arm.name} runs SFT alone: it takes no start model and no algorithm")
         if self.test is not None and self.test.key() == self.dev.key():
             raise ValueError("the test set must differ from the dev set (choices are made on dev)")
+        if (self.transfer or self.baselines) and self.test is None:
+            raise ValueError("transfer sets and baselines are evaluated beside the test set: name a test set")
+        bad = [n for n in self.transfer if not n.replace("_", "").replace("-", "").isalnum() or n == "test"]
+        if bad:
+            raise ValueError(f"transfer set names must be folder names other than 'test' (got {bad})")
+        unknown = sorted(set(self.baselines) - set(BASELINES))
+        if unknown or len(set(self.baselines)) != len(self.baselines):
+            raise ValueError(f"baselines are distinct names among {list(BASELINES)} (got {self.baselines})")
         return self
 
 

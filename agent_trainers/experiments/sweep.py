@@ -69,6 +69,7 @@ def run_sweep(
     import agent_trainers.experiments.protocol as protocol
     import agent_trainers.experiments.report as report
     import agent_trainers.experiments.runner as runners
+    import agent_trainers.experiments.transfer as transfer
 
     if seeds is not None:
         spec = spec.model_copy(update={"seeds": list(seeds)})
@@ -87,6 +88,10 @@ def run_sweep(
         if archive is not None and not dev_only and not all(r.archived for r in mine):
             archives.archive_runs(mine, folder, archive)
             say(f"[sweep] seed {seed} archived in {archive}")
+    if spec.test is not None and not dev_only and spec.baselines:
+        transfer.evaluate_baselines(spec, runs, folder, say=say)
+        if archive is not None:
+            archives.archive_baselines(folder, archive)
     frozen = protocol.freeze_choices(spec, runs, folder, sweep)
     steps = {c["run"]: (c["step"], c["dev"]) for c in frozen["runs"]}
     parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "
@@ -110,10 +115,31 @@ def run_sweep(
         parts += ["", report.behaviour_table(runs, lambda r: folders[r.name], "test")]
         arms = report.arms_table(runs, spec.metric, lambda r: folders[r.name], "test")
         parts += ["", arms] if arms else []
+        if spec.transfer or spec.baselines:
+            parts += ["", _transfer_section(spec, runs, folder, folders)]
     text = "\n".join(parts) + "\n"
     write_atomic(folder / "report.md", text)
     curves = report.draw_curves(runs, spec.metric, folder / "curves.png", f"{name}: dev {spec.metric}")
     return SweepResult(runs, text, curves)
+
+
+def _transfer_section(spec: SweepSpec, runs: Sequence[Run], folder: Path, test: dict[str, Path]) -> str:
+    """The paper's Table 3: the baselines and the arms on the test set and every transfer set, in the sweep's
+    metric (and in EM beside it, where the test evaluations have it)."""
+    import agent_trainers.experiments.protocol as protocol
+    import agent_trainers.experiments.transfer as transfer
+    from agent_trainers.evaluation.compare import load_run
+
+    sets = [h.name for h in protocol.held_out_sets(spec, folder)]
+    folders = {"test": test} | {name: protocol.frozen_test_folders(spec, runs, folder, name) for name in sets[1:]}
+    baselines = transfer.baseline_folders(spec, folder)
+    has_em = any(r.metric("em") is not None for r in load_run(test[runs[0].name]).records)
+    parts = ["## Transfer (the paper's Table 3: each set evaluated once, after the choices were frozen)", ""]
+    for metric in dict.fromkeys([spec.metric, *(["em"] if has_em else [])]):
+        table = transfer.transfer_table(runs, metric, sets, folders, baselines)
+        parts += [f"{metric} (mean over tasks; an arm: the mean of its seeds' means, Δ to its start paired over tasks "
+                  "and seeds [95% CI]):", "", table]  # fmt: skip
+    return "\n".join(parts)
 
 
 def add_sweep_parser(sub: Any) -> None:
@@ -149,6 +175,10 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
         test = "none" if spec.test is None else f"{spec.test.env_kwargs} tasks {spec.test.first_task}+{spec.test.tasks}"
         print(f"dev: {spec.dev.env_kwargs} tasks {spec.dev.first_task}+{spec.dev.tasks}; test: {test}; "
               f"seeds {planned.seeds}; choose: {spec.choose.value}")  # fmt: skip
+        for set_name, ts in spec.transfer.items():
+            print(f"transfer {set_name}: {ts.env or 'the recipe env'} {ts.env_kwargs} tasks {ts.first_task}+{ts.tasks}")
+        if spec.baselines:
+            print(f"baselines (test and transfer sets, base model): {', '.join(spec.baselines)}")
         for line in describe(runs):
             print(line)
         return 0

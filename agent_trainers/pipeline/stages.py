@@ -54,7 +54,7 @@ from agent_trainers.policies.transformers_policy import TransformersPolicy
 from agent_trainers.rollout.training import EnvRollouts, task_rows
 
 if TYPE_CHECKING:
-    from agent_trainers.evaluation import EvalSpec
+    from agent_trainers.evaluation import EvalSpec, Method
 
 __all__ = [
     "EVAL_SEED",
@@ -147,12 +147,14 @@ def evaluate_model(
     phase: str,
     tasks: TaskRange | None = None,
     label: str | None = None,
+    method: Method | None = None,
 ) -> EvalSummary:
     """Evaluate ``model`` as ``config``'s evaluation says (greedy by default, the rollout limits, the env seed
     :data:`EVAL_SEED`), on its held-aside tasks or on ``tasks`` (another set: the env kwargs, first task and
     count), into the evaluation folder ``out``; the model is left in the mode it was in.
 
-    ``phase`` names what is evaluated: ``before`` is the base model with tools, anything else the agent.
+    ``phase`` names what is evaluated: ``before`` is the base model with tools (or, with ``method``, another
+    untrained baseline: closed-book, naive-rag), anything else the agent.
     """
     from agent_trainers.evaluation import run_eval
 
@@ -161,20 +163,31 @@ def evaluate_model(
     model.eval()
     policy = TransformersPolicy(model, tokenizer, **_eval_policy_kwargs(c))
     with _own_rng():
-        run = run_eval(eval_spec(c, phase=phase, tasks=tasks, label=label), policy, out, resume=False)
+        run = run_eval(eval_spec(c, phase=phase, tasks=tasks, label=label, method=method), policy, out, resume=False)
     model.train(was_training)
     return EvalSummary.from_json(run.summary)
 
 
-def eval_spec(config: TrainConfig, *, phase: str, tasks: TaskRange | None = None, label: str | None = None) -> EvalSpec:
+def eval_spec(
+    config: TrainConfig,
+    *,
+    phase: str,
+    tasks: TaskRange | None = None,
+    label: str | None = None,
+    method: Method | None = None,
+) -> EvalSpec:
     """The :class:`~agent_trainers.evaluation.EvalSpec` :func:`evaluate_model` evaluates under."""
     from agent_trainers.evaluation import EvalSpec, Method
 
     c = config
     env_kwargs, first, limit = tasks or (dict(c.env.eval_kwargs), c.eval.first_task, c.eval.tasks)
+    if method is not None and (phase == "before") != (method is not Method.AGENT):
+        raise ValueError(
+            f"phase {phase!r} evaluates {'a baseline' if phase == 'before' else 'the agent'}, not {method}"
+        )
     return EvalSpec(
         c.env.id,
-        Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT,
+        method or (Method.BASE_TOOL_CALL if phase == "before" else Method.AGENT),
         model=c.model.name if phase == "before" else f"{c.output_dir} ({phase})",
         env_kwargs=env_kwargs,
         limit=limit,

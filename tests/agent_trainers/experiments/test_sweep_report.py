@@ -147,6 +147,8 @@ def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread
         "metric": "f1", "seeds": [0], "choose": "best_dev",
         "dev": {"env_kwargs": {"split": "test"}, "tasks": 2}, "test": {"env_kwargs": {"split": "test"},
         "first_task": 2, "tasks": 2}, "arms": [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}],
+        "transfer": {"later": {"env": "AgentR1/HotpotQA-v0", "env_kwargs": {"split": "test"}, "first_task": 4,
+                               "tasks": 2}}, "baselines": ["closed-book"],
     })  # fmt: skip
     said: list[str] = []
     dev = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append, dev_only=True)
@@ -160,6 +162,13 @@ def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread
     assert "How the agents work (test; means over tasks)" in first.report
     assert (tmp_path / "test" / "grpo" / "seed0" / "summary.json").is_file()
     assert any("test 2/2: grpo/seed0" in line for line in said)
+    assert any("transfer later 2/2: grpo/seed0" in line for line in said)
+    assert [x for x in said if "baseline" in x] == ["[sweep] baseline 1/2: closed-book on test",
+                                                     "[sweep] baseline 2/2: closed-book on later"]  # fmt: skip
+    table = first.report.split("## Transfer")[1].splitlines()
+    assert "| method | test | later |" in table and any(x.startswith("| closed-book | ") for x in table)
+    assert any(x.startswith("| grpo (seed 0) | ") and "(Δ " in x for x in table)
+    assert (tmp_path / "transfer" / "later" / "grpo" / "seed0" / "summary.json").is_file()
     assert all("skipped" in line for line in said if "[sweep] run" in line)  # trained once, by the dev-only run
     said.clear()
     again = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)  # everything is kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_trainers.experiments.plan import describe, plan_runs
-from agent_trainers.experiments.spec import PACKAGED_SWEEPS, SweepSpec, find_sweep, load_sweep
+from agent_trainers.experiments.spec import BASELINES, PACKAGED_SWEEPS, SweepSpec, find_sweep, load_sweep
 from agent_trainers.pipeline.config import load_config
 
 DEV = {"env_kwargs": {"task_seed": 3}, "tasks": 10}
@@ -84,7 +84,10 @@ def test_the_sweep_of_docs_experiments_md_is_valid_and_plans(tmp_path):
 
     from tests.docs.test_code_blocks import BLOCKS
 
-    (block,) = [b for b in BLOCKS if b.page == "docs/experiments.md" and b.lang == "yaml"]
+    block, table3 = [b for b in BLOCKS if b.page == "docs/experiments.md" and b.lang == "yaml"]
     sweep = SweepSpec.model_validate(yaml.safe_load(block.body))
     runs = plan_runs(sweep, tmp_path)
     assert len(runs) == 12 and runs[-1].config.algorithm == "ppo" and runs[-1].config.seed == 2
+    # the transfer set and baselines of the Table 3 section, added to that sweep
+    grown = SweepSpec.model_validate(yaml.safe_load(block.body) | yaml.safe_load(table3.body))
+    assert grown.transfer["musique"].env == "AgentR1/MuSiQue-v0" and grown.baselines == list(BASELINES)
