@@ -51,7 +51,8 @@ def evaluate_baselines(spec: SweepSpec, runs: Sequence[Run], out: str | Path, sa
             method, target = Method(name), _baseline_target(held, folder, name)
             wanted = eval_spec(held.config(first), phase="before", tasks=held.task_range, label=name, method=method)
             done = target / "spec.json"
-            if (target / "summary.json").is_file() and json.loads(done.read_text(encoding="utf-8")) == wanted.to_json():
+            finished = (target / "summary.json").is_file() and done.is_file()
+            if finished and json.loads(done.read_text(encoding="utf-8")) == wanted.to_json():
                 continue
             todo.append((held, method, target))
     if not todo:
