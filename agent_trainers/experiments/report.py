@@ -34,14 +34,15 @@ from agent_trainers.experiments.plan import Run
 from agent_trainers.experiments.protocol import ProtocolError
 
 __all__ = ["BEHAVIOUR", "arms_table", "behaviour_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table",
-           "draw_curves", "speed_table", "test_set_table"]  # fmt: skip
+           "draw_curves", "speed_table", "task_values", "test_set_table"]  # fmt: skip
 
 BEHAVIOUR = ("answer_rate", "tool_calls", "evidence_recall", "format_error_rate", "query_words", "query_copied",
              "answer_words")  # fmt: skip
 """The columns of :func:`behaviour_table` (metrics of :data:`~agent_trainers.evaluation.metrics.METRICS`)."""
 
 
-def _values(run: EvalRun, metric: str) -> dict[str, float]:
+def task_values(run: EvalRun, metric: str) -> dict[str, float]:
+    """``{task key: metric}`` over the records of ``run`` that have ``metric``."""
     return {_key(r): v for r in run.records if (v := r.metric(metric)) is not None}
 
 
@@ -81,7 +82,7 @@ def _table(
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for run in runs:
         ev = evals[run.name]
-        values = list(_values(ev, metric).values())
+        values = list(task_values(ev, metric).values())
         cell = bootstrap_mean(values).format(3)
         delta, record, seconds = "—", "—", "—"
         if run.start is not None:
@@ -120,11 +121,13 @@ def _mean_rows(runs: Sequence[Run], evals: Mapping[str, EvalRun], metric: str, w
     ]
     for arm in arms:
         mine = [r for r in runs if r.arm.name == arm]
-        means = [statistics.mean(_values(evals[r.name], metric).values()) for r in mine]
+        means = [statistics.mean(task_values(evals[r.name], metric).values()) for r in mine]
         per_seed = ", ".join(f"{m:.3f}" for m in means)
         delta, record = "—", "—"
         if all(r.start is not None for r in mine):
-            pairs = [(_values(evals[r.name], metric), _values(evals[r.start.name], metric)) for r in mine if r.start]
+            pairs = [
+                (task_values(evals[r.name], metric), task_values(evals[r.start.name], metric)) for r in mine if r.start
+            ]
             comparison = paired_over_seeds(pairs, metric)
             delta = comparison.difference.format(3, signed=True)
             record = f"{comparison.wins} / {comparison.losses}"
@@ -207,7 +210,7 @@ def arms_table(runs: Sequence[Run], metric: str, folder_of: Any, where: str) -> 
     (``folder_of(run)``: its evaluation on this set); empty when no two arms share a start."""
 
     def values(run: Run) -> dict[str, float]:
-        return _values(load_run(folder_of(run)), metric)
+        return task_values(load_run(folder_of(run)), metric)
 
     rl = {(r.arm.name, r.seed): r for r in runs if r.start is not None}
     starts: dict[str, list[str]] = {}  # start arm -> the RL arms from it, in the sweep's order
@@ -254,7 +257,7 @@ def speed_table(runs: Sequence[Run], metric: str, margin: float = 0.02) -> str:
              "|---|---|---|---|---|"]  # fmt: skip
     for run in rl:
         assert run.start is not None  # for mypy: filtered above
-        start = statistics.mean(_values(load_run(dev_eval_folder(run.start)), metric).values())
+        start = statistics.mean(task_values(load_run(dev_eval_folder(run.start)), metric).values())
         curve = dev_curve(run, metric)
         reached = next((step for step, mean, _, _ in curve if mean >= start + margin - 1e-12), None)
         last = curve[-1][0] if curve else 0
@@ -276,7 +279,7 @@ def draw_curves(runs: Sequence[Run], metric: str, path: Path, title: str) -> Pat
     for run in runs:
         if run.start is None:
             continue
-        level = bootstrap_mean(list(_values(load_run(dev_eval_folder(run.start)), metric).values()))
+        level = bootstrap_mean(list(task_values(load_run(dev_eval_folder(run.start)), metric).values()))
         points = dev_curve(run, metric)
         if not points:
             continue

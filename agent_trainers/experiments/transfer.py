@@ -21,6 +21,7 @@ from agent_trainers.evaluation.compare import load_run
 from agent_trainers.evaluation.stats import bootstrap_mean, paired_over_seeds
 from agent_trainers.experiments.plan import Run
 from agent_trainers.experiments.protocol import HeldOut, held_out_sets
+from agent_trainers.experiments.report import task_values
 from agent_trainers.experiments.spec import SweepSpec
 
 __all__ = ["BASELINE_FOLDER", "baseline_folders", "evaluate_baselines", "transfer_table"]
@@ -83,7 +84,7 @@ def _values(folder: Path, metric: str) -> dict[str, float]:
     Raises:
         ValueError: No task has it (a renamed or absent metric is not a 0).
     """
-    found = {f"{r.task_index}:{r.task_id}": v for r in load_run(folder).records if (v := r.metric(metric)) is not None}
+    found = task_values(load_run(folder), metric)
     if not found:
         raise ValueError(f"{folder}: no task has the metric {metric!r}")
     return found
