@@ -52,9 +52,12 @@ from agent_gym.core.spaces import TextSpace
 from agent_gym.core.tool import Tool, ToolContext
 from agent_gym.core.validation import positive_int
 
-__all__ = ["EpisodeOverError", "EpisodeState", "OnNoAction", "StopReason", "ToolEnv"]
+__all__ = ["TASK_TYPE_ATTRIBUTES", "EpisodeOverError", "EpisodeState", "OnNoAction", "StopReason", "ToolEnv"]
 
 TaskT = TypeVar("TaskT")
+
+TASK_TYPE_ATTRIBUTES = ("type", "kind", "template")
+"""Task attributes that :meth:`ToolEnv.task_type` reads (QA ``type``, SQLite ``kind``, Calculator ``template``)."""
 
 
 class OnNoAction(StrEnum):
@@ -208,6 +211,16 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         """A stable identifier of ``task`` (used by ``options={"task_id": ...}``)."""
         return str(task.id)  # type: ignore[attr-defined]
 
+    def task_type(self, task: TaskT) -> str | None:
+        """The kind of problem ``task`` is, or ``None``: by default its first non-empty string attribute of
+        :data:`TASK_TYPE_ATTRIBUTES` (QA ``type``, SQLite ``kind``, Calculator ``template``). Goes into the reset
+        info; trainers and evaluations break their figures down by it."""
+        for name in TASK_TYPE_ATTRIBUTES:
+            value = getattr(task, name, None)
+            if isinstance(value, str) and value:
+                return value
+        return None
+
     def make_tools(self, task: TaskT) -> Sequence[Tool]:
         """The tools available while solving ``task``."""
         raise NotImplementedError
@@ -281,7 +294,9 @@ class ToolEnv(gym.Env[str, str], Generic[TaskT]):
         state.history.append(Message.user(self.user_prompt(task)))
         self._state = state
         tool_schemas = [t.schema() for t in tools]  # fixed for the episode, so only at reset
-        return self._render_observation(), ResetInfo(**self._info(state, new_from=0), tools=tool_schemas)
+        return self._render_observation(), ResetInfo(
+            **self._info(state, new_from=0), tools=tool_schemas, task_type=self.task_type(task)
+        )
 
     def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:  # type: ignore[override]
         """Parse the action, run its tools, apply the transition, score it, observe.

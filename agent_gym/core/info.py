@@ -111,9 +111,14 @@ class ResetInfo(BaseInfo):
     Attributes:
         tools: The episode's tool schemas in OpenAI / Hugging Face ``tools=``
             format (fixed for the episode, so step infos omit them).
+        task_type: The kind of problem the task is (QA ``bridge`` or
+            ``comparison``, a Calculator template, a SQLite query kind), from
+            the env's ``task_type`` hook; ``None`` when the env does not say.
+            Trainers break their training metrics down by it.
     """
 
     tools: list[dict[str, Any]]
+    task_type: str | None
 
 
 class StepInfo(BaseInfo):

@@ -40,8 +40,6 @@ __all__ = [
     "record_from_trajectory",
 ]
 
-_TYPE_ATTRIBUTES = ("type", "kind", "template")
-"""Task attributes that name a question type (QA ``type``, SQLite ``kind``, Calculator ``template``)."""
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -174,14 +172,6 @@ class EpisodeRecord:
         return _VALUES[name](self)
 
 
-def _question_type(task: Any) -> str | None:
-    for name in _TYPE_ATTRIBUTES:
-        value = getattr(task, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
 def gold_texts(value: Any) -> list[str]:
     """A task's gold answer(s) as display strings: lists and tuples flattened (SQLite's rows of values), an
     exact fraction as its decimal when it has one (Calculator's ``Fraction(2078, 25)`` as ``83.12``), ``None``
@@ -219,7 +209,7 @@ def describe_tasks(env: gym.Env, indices: Sequence[int]) -> list[TaskInfo]:
         answers = getattr(task, "answers", None) or (getattr(task, "answer", None),)
         gold = tuple(gold_texts(answers))
         source = getattr(task, "source", None) or (env.spec.id if env.spec else type(base).__name__)
-        out.append(TaskInfo(int(i), base.task_id(task), question, gold, _question_type(task), str(source)))
+        out.append(TaskInfo(int(i), base.task_id(task), question, gold, base.task_type(task), str(source)))
     return out
 
 

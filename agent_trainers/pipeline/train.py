@@ -86,6 +86,10 @@ def _plots(config: TrainConfig, out: Path) -> Path | None:
     for part, chunk in enumerate((names[:7], names[7:], optional), 1):
         plot_metrics(rl, out / "plots" / f"diagnostics_{part}.png", keys=chunk,
                      title=f"{config.algorithm}: per-step diagnostics ({part})")  # fmt: skip
+    for figure, what in (("reward", "mean training return"), ("tied", "share of groups tied")):
+        kinds = sorted({k for r in rl for k in r if k.startswith("by_type/") and k.endswith(f"/{figure}")})
+        plot_metrics(rl, out / "plots" / f"by_type_{figure}.png", keys=kinds,
+                     title=f"{config.algorithm}: {what}, by task type")  # fmt: skip
     return plot
 
 

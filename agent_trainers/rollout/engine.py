@@ -321,6 +321,7 @@ def _make_episodes(
             traj = Trajectory(env_id, dict(kwargs), ep_seed, "", int(index), p)
             _obs, info = env.reset(seed=ep_seed, options={"task_index": int(index)})
             traj.tools = list(info["tools"]) if cfg.render_tools else []
+            traj.task_type = info.get("task_type")
             ep = _Episode(env, traj, chat)
             ep.start(info)
             episodes.append(ep)

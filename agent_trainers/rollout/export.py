@@ -56,6 +56,7 @@ _SHAPES: dict[str, TypeAdapter[Any]] = {
     "tools": TypeAdapter(list[dict[str, Any]]),
     "turns": TypeAdapter(list[_TurnShape]),
     "step_prompts": TypeAdapter(list[list[_TOKEN_ID]]),
+    "task_type": TypeAdapter(str | None),
     **{name: TypeAdapter(int) for name in ("seed", "task_index", "group_id", "evidence_found", "evidence_total")},
     **{name: TypeAdapter(str) for name in ("env_id", "task_id", "stop_reason", "error")},
     **{name: TypeAdapter(bool) for name in ("terminated", "truncated")},

@@ -176,7 +176,11 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     (share of groups whose returns all tie: no signal for a group baseline), ``groups/reward_std``
     (the mean spread of returns within a group), ``tokens/model`` and ``tokens/total`` (model tokens,
     and prompt plus completion tokens, summed), and ``episode/<name>`` for each env metric averaged over
-    the episodes that report it (envs report metrics only when an episode ends by itself).
+    the episodes that report it (envs report metrics only when an episode ends by itself). Where the env names
+    its tasks' types (``Trajectory.task_type``), ``by_type/<type>/reward`` (mean return), ``.../answered``,
+    ``.../turns``, ``.../groups`` (how many) and ``.../tied`` (their share whose returns all tie) for each type
+    present: which kinds of problem carry a learning signal. Under dynamic sampling these are the kept groups;
+    ``dynamic_sampling/by_type/<type>/tied`` counts every group played.
     """
     if not trajectories:
         return {}
@@ -189,11 +193,9 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     turns = [turn for t in trajectories for turn in t.turns]
     if turns:
         out["rollout/format_errors"] = sum(bool(turn.format_errors) for turn in turns) / len(turns)
-    groups: dict[tuple[str, int, int], list[float]] = {}
-    for t in trajectories:
-        groups.setdefault((t.env_id, t.group_id, t.task_index), []).append(t.total_reward)
-    out["groups/tied"] = sum(max(g) - min(g) <= 1e-9 for g in groups.values()) / len(groups)
-    out["groups/reward_std"] = sum(statistics.pstdev(g) for g in groups.values()) / len(groups)
+    groups = _group_returns(trajectories)
+    out["groups/tied"] = sum(max(g) - min(g) <= 1e-9 for g in groups) / len(groups)
+    out["groups/reward_std"] = sum(statistics.pstdev(g) for g in groups) / len(groups)
     out["tokens/model"] = float(sum(turn.end - turn.start for turn in turns))
     out["tokens/total"] = float(sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories))
     for name in sorted({k for t in trajectories for k in t.metrics}):
@@ -203,7 +205,36 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
             out[f"episode/{name}"] = sum(finite) / len(finite)
     for reason in sorted({t.stop_reason for t in trajectories}):
         out[f"rollout/stop/{reason}"] = sum(t.stop_reason == reason for t in trajectories) / n
+    for kind, members in _by_type(trajectories).items():
+        kind_groups = _group_returns(members)
+        out[f"by_type/{kind}/reward"] = sum(t.total_reward for t in members) / len(members)
+        out[f"by_type/{kind}/answered"] = sum(t.answered for t in members) / len(members)
+        out[f"by_type/{kind}/turns"] = sum(len(t.turns) for t in members) / len(members)
+        out[f"by_type/{kind}/groups"] = float(len(kind_groups))
+        out[f"by_type/{kind}/tied"] = sum(max(g) - min(g) <= 1e-9 for g in kind_groups) / len(kind_groups)
     return out
+
+
+def _group_returns(trajectories: Sequence[Trajectory]) -> list[list[float]]:
+    """The returns of each group (the episodes of one task in one call), in order of first appearance."""
+    groups: dict[tuple[str, int, int], list[float]] = {}
+    for t in trajectories:
+        groups.setdefault((t.env_id, t.group_id, t.task_index), []).append(t.total_reward)
+    return list(groups.values())
+
+
+def _type_name(t: Trajectory) -> str | None:
+    """The episode's task type as a metric name level (``/``, which separates levels, becomes ``_``)."""
+    return None if t.task_type is None else t.task_type.replace("/", "_")
+
+
+def _by_type(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
+    """The episodes of each task type, by :func:`_type_name`; episodes whose env names no type are in none."""
+    out: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        if (kind := _type_name(t)) is not None:
+            out.setdefault(kind, []).append(t)
+    return dict(sorted(out.items()))
 
 
 @dataclass
@@ -334,9 +365,11 @@ class EnvRollouts:
         at most ``dynamic_sampling_tries`` rounds; a slot still tied after them keeps its first group, and
         groups beyond the tied slots are left out. The kept groups are renumbered to their slots. Sets
         :attr:`last_stats`: ``groups_played``, ``dropped`` (share of the groups played that were left out:
-        tied, or surplus), ``rounds`` and ``kept_tied`` (tied groups left in the batch).
+        tied, or surplus), ``rounds``, ``kept_tied`` (tied groups left in the batch) and, for each task type
+        named, ``by_type/<type>/tied``: the share of that type's groups played whose returns tied.
         """
         slots = [trajectories[k * group : (k + 1) * group] for k in range(len(tasks))]
+        every_group = list(slots)
         tied = [k for k, g in enumerate(slots) if returns_tie(g)]
         played, dropped, rounds = len(slots), 0, 0
         used = set(tasks)
@@ -351,6 +384,7 @@ class EnvRollouts:
             played += len(fresh)
             for k in range(len(fresh)):
                 candidate = new[k * group : (k + 1) * group]
+                every_group.append(candidate)
                 if returns_tie(candidate) or not tied:  # tied, or every slot is filled already
                     dropped += 1
                     continue
@@ -367,6 +401,12 @@ class EnvRollouts:
             "dynamic_sampling/rounds": float(rounds),
             "dynamic_sampling/kept_tied": float(len(tied)),
         }
+        kinds: dict[str, list[bool]] = {}
+        for g in every_group:
+            if (kind := _type_name(g[0])) is not None:
+                kinds.setdefault(kind, []).append(returns_tie(g))
+        for kind, ties in sorted(kinds.items()):
+            self.last_stats[f"dynamic_sampling/by_type/{kind}/tied"] = sum(ties) / len(ties)
         return out
 
     def _play_tasks(

@@ -79,6 +79,8 @@ class Trajectory:
             after ``step_prompts[k]`` (per-step samples). Empty under ``"append"``,
             where turn ``k``'s prompt is ``prompt_ids + completion_ids[:turns[k].start]``
             (:meth:`step_prompt`).
+        task_type: The kind of problem the task is (``info["task_type"]`` at reset; ``None`` when the env does
+            not say): training metrics are broken down by it (``by_type/<type>/...``).
     """
 
     env_id: str
@@ -102,6 +104,7 @@ class Trajectory:
     evidence_found: int = 0
     evidence_total: int = 0
     step_prompts: list[list[int]] = field(default_factory=list)
+    task_type: str | None = None
 
     def step_prompt(self, k: int) -> list[int]:
         """The prompt ids turn ``k`` was generated from (see ``step_prompts``)."""

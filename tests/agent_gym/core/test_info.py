@@ -75,10 +75,34 @@ def test_on_no_action_end_gives_a_typed_info_and_the_no_action_reason():
     assert info["stop_reason"] is StopReason.NO_ACTION and "metrics" in info
 
 
+@pytest.mark.parametrize(
+    ("env_id", "attribute"),
+    [("AgentR1/HotpotQA-v0", "type"), ("AgentR1/SQLite-v0", "kind"), ("AgentR1/Calculator-v0", "template")],
+)
+def test_the_reset_info_names_the_task_type_from_the_task_s_own_attribute(env_id, attribute):
+    env = gym.make(env_id)
+    kinds = set()
+    for index in range(6):
+        _, info = env.reset(seed=0, options={"task_index": index})
+        assert info["task_type"] == getattr(env.unwrapped.load_task(index), attribute)
+        kinds.add(info["task_type"])
+    assert len(kinds) > 1 and None not in kinds
+
+
+def test_an_env_without_types_says_none_and_an_override_is_used():
+    class Typed(LookupEnv):
+        def task_type(self, task):
+            return f"capital of {len(task.id)}"
+
+    assert LookupEnv().reset(seed=0)[1]["task_type"] is None
+    _, info = Typed().reset(seed=0, options={"task_index": 0})
+    assert info["task_type"].startswith("capital of ")
+
+
 def test_the_three_infos_share_their_common_keys():
     assert set(BaseInfo.__required_keys__) < set(ResetInfo.__required_keys__)
     assert set(BaseInfo.__required_keys__) < set(StepInfo.__required_keys__)
-    assert declared(ResetInfo) - declared(BaseInfo) == {"tools"}
+    assert declared(ResetInfo) - declared(BaseInfo) == {"tools", "task_type"}
     assert StepInfo.__optional_keys__ == frozenset({"metrics"})
 
 

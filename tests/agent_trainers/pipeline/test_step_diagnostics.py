@@ -24,14 +24,26 @@ if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=LookupEnv, max_episode_steps=2)
 
 
-def _run(tmp_path, algorithm: str, section: dict, **top) -> list[dict]:
+class TypedLookupEnv(LookupEnv):
+    """Its tasks name a type: ``"short"`` for Peru (task 3), ``"long"`` for the others."""
+
+    def task_type(self, task):
+        return "short" if len(task.country) < 5 else "long"
+
+
+TYPED_ID = "Test/DiagTypedLookup-v0"
+if TYPED_ID not in gym.registry:
+    gym.register(TYPED_ID, entry_point=TypedLookupEnv, max_episode_steps=2)
+
+
+def _run(tmp_path, algorithm: str, section: dict, env_id: str = ENV_ID, **top) -> list[dict]:
     config = config_from_dict(
         {
             "output_dir": str(tmp_path / algorithm),
             "device": "cpu",
             "algorithm": algorithm,
             "model": {"name": "tiny-random"},
-            "env": {"id": ENV_ID, "train_kwargs": {}, "eval_kwargs": {}},
+            "env": {"id": env_id, "train_kwargs": {}, "eval_kwargs": {}},
             "rollout": {"max_new_tokens_per_turn": 4, "max_total_tokens": 512, "temperature": 1.0},
             "sft": {"enabled": False},
             "rl": {"steps": 1, "num_generations": 2, "prompts_per_step": 2, "save_steps": 1},
@@ -66,6 +78,8 @@ def test_dynamic_sampling_under_each_group_algorithm(tmp_path, capsys, algorithm
     assert "| tied 1.00 | dropped 0.33 | answered 0.00 |" in printed
     assert "!! 100% of groups tied (no signal for a group baseline; its tries ran out)" in printed
     assert (tmp_path / algorithm / "plots" / "diagnostics_1.png").stat().st_size > 0
+    assert not [k for k in step if "by_type" in k]  # LookupEnv names no task type: no breakdown, no plot
+    assert not (tmp_path / algorithm / "plots" / "by_type_reward.png").exists()
 
 
 def test_ppo_logs_the_same_diagnostics_and_writes_tensorboard(tmp_path, capsys):
@@ -76,3 +90,19 @@ def test_ppo_logs_the_same_diagnostics_and_writes_tensorboard(tmp_path, capsys):
     events = list((tmp_path / "ppo" / "rl" / "runs").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
     assert {d.name for d in DIAGNOSTICS} >= ALWAYS
+
+
+@pytest.mark.parametrize(("algorithm", "section"), [("grpo", {"dynamic_sampling": True}), ("ppo", {})])
+def test_the_figures_by_task_type_are_logged_and_drawn(tmp_path, algorithm, section):
+    (step,) = _run(tmp_path, algorithm, section, env_id=TYPED_ID, rl={"steps": 1, "num_generations": 2,
+                   "prompts_per_step": 3, "save_steps": 1})  # fmt: skip
+    # the three training tasks (1-3) in one step: Japan and Kenya are "long", Peru "short"; every turn is
+    # malformed, so every group ties
+    assert step["by_type/long/groups"] == 2.0 and step["by_type/short/groups"] == 1.0
+    assert step["by_type/long/tied"] == step["by_type/short/tied"] == 1.0
+    assert step["by_type/long/answered"] == 0.0 and step["by_type/long/turns"] == 2.0
+    assert step["by_type/long/reward"] == step["by_type/short/reward"] == pytest.approx(step["reward"])
+    if section:  # no fresh task is left to refill from: the three groups played are all tied
+        assert step["dynamic_sampling/by_type/long/tied"] == step["dynamic_sampling/by_type/short/tied"] == 1.0
+    for figure in ("reward", "tied"):
+        assert (tmp_path / algorithm / "plots" / f"by_type_{figure}.png").stat().st_size > 0

@@ -56,6 +56,26 @@ def test_tied_groups_are_replaced_by_fresh_groups_that_vary():
     }
 
 
+def test_the_tied_share_by_task_type_counts_every_group_played():
+    # played: 0 (even, varies), 1 (odd, tied), then 2 (even, tied) and 3 (odd, varies) replace 1
+    returns = {0: (0.0, 1.0), 1: (1.0, 1.0), 2: (0.0, 0.0), 3: (0.2, 0.9), 4: (0.0, 1.0)}
+    er, _ = _rollouts(returns)
+    base = er._play_tasks
+
+    def typed(*args):
+        out = base(*args)
+        for t in out:
+            t.task_type = "even" if t.task_index % 2 == 0 else "odd"
+        return out
+
+    er._play_tasks = typed  # type: ignore[method-assign]
+    out = er.play([(ENV, 0), (ENV, 1)], G, policy=None, config=None)
+    assert [t.task_index for t in out] == [0, 0, 3, 3]  # no tied group kept: the kept figures would show none
+    assert er.last_stats["dynamic_sampling/by_type/even/tied"] == 1 / 2  # 0 varies, 2 tied
+    assert er.last_stats["dynamic_sampling/by_type/odd/tied"] == 1 / 2  # 1 tied, 3 varies
+    assert not [k for k in er.last_stats if "by_type" in k and not k.endswith(("/even/tied", "/odd/tied"))]
+
+
 def test_surplus_groups_with_signal_are_left_out():
     returns = {0: (1.0, 1.0), 1: (0.0, 1.0), 2: (0.1, 0.2), 3: (0.3, 0.4)}
     er, played = _rollouts(returns)

@@ -253,3 +253,14 @@ def test_env_tokens_that_overrun_the_budget_end_the_episode_unless_it_is_over(sm
 def test_a_model_turn_the_env_never_saw_is_kept_as_its_content(smollm2_tokenizer):
     (t,) = rollout(ScriptedPolicy(smollm2_tokenizer, ["I am not sure."]), "Test/Broken-v0", task_indices=[0])
     assert t.stop_reason == "env_error" and t.messages[-1] == {"role": "assistant", "content": "I am not sure."}
+
+
+def test_each_episode_records_its_task_type_from_the_reset_info(smollm2_tokenizer):
+    env = gym.make("AgentR1/Calculator-v0")
+    want = [env.unwrapped.load_task(i).template for i in range(3)]
+    assert len(set(want)) > 1  # the first tasks are of different kinds
+    answer = ScriptedPolicy(smollm2_tokenizer, lambda _ids: "<answer>0</answer>")
+    out = rollout(answer, "AgentR1/Calculator-v0", task_indices=[0, 1, 2])
+    assert [t.task_type for t in out] == want
+    [lookup] = rollout(answer, LOOKUP_ID, task_indices=[0])
+    assert lookup.task_type is None  # its tasks name no type

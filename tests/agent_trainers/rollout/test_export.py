@@ -36,6 +36,7 @@ def trajectories(draw):
         stop_reason=draw(st.sampled_from(["answer", "max_turns", "token_budget"])),
         terminated=draw(st.booleans()),
         truncated=draw(st.booleans()),
+        task_type=draw(st.none() | text),
     )
 
 

@@ -35,6 +35,31 @@ def test_episode_metrics_by_hand():
     assert m["tokens/model"] == 6 * 2 and m["tokens/total"] == 4 * 17
 
 
+def test_the_figures_by_task_type_by_hand():
+    trajs = [
+        _traj(0, [0.1, 0.9]),  # shopping group 0: returns 1.0 and 0.0
+        _traj(0, [0.0], answered=False),
+        _traj(1, [0.5]),  # shopping group 1: 0.5 and 0.5, tied
+        _traj(1, [0.2, 0.3]),
+        _traj(2, [1.0]),  # trip group 2: 1.0 and 1.0, tied
+        _traj(2, [1.0]),
+        _traj(3, [0.0, 0.0, 0.0]),  # no type: in no breakdown
+    ]
+    for t, kind in zip(trajs, ["shopping"] * 4 + ["trip/a"] * 2 + [None], strict=True):
+        t.task_type = kind
+    m = episode_metrics(trajs)
+    shopping = {k.removeprefix("by_type/shopping/"): v for k, v in m.items() if k.startswith("by_type/shopping/")}
+    assert shopping == pytest.approx({"reward": 2.0 / 4, "answered": 3 / 4, "turns": 6 / 4, "groups": 2, "tied": 0.5})
+    assert m["by_type/trip_a/reward"] == 1.0 and m["by_type/trip_a/tied"] == 1.0  # "/" would add a level
+    assert m["by_type/trip_a/groups"] == 1.0 and m["by_type/trip_a/turns"] == 1.0
+    assert {k.split("/")[1] for k in m if k.startswith("by_type/")} == {"shopping", "trip_a"}
+    assert m["groups/tied"] == 3 / 4  # the overall figure counts every group: 1, 2 and the one-episode group 3
+
+
+def test_no_task_type_means_no_breakdown():
+    assert not [k for k in episode_metrics([_traj(0, [1.0]), _traj(0, [0.0])]) if k.startswith("by_type/")]
+
+
 def test_no_evidence_anywhere_leaves_it_absent():
     assert "rollout/evidence" not in episode_metrics([_traj(0, [1.0]), _traj(0, [0.0])])
 
