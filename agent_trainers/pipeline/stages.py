@@ -36,6 +36,7 @@ from agent_trainers.algorithms.shared.checkpoints import (
     ACCELERATE_CHECKPOINT,
     TRAINER_CHECKPOINT,
     CheckpointLayout,
+    DiskSpaceCheck,
     DropOlderResumeState,
     load_rollout_state,
 )
@@ -355,9 +356,13 @@ def checkpoint_layout(algorithm: Algorithm) -> CheckpointLayout:
 
 
 def _add_callbacks(state: RunState, trainer: Any) -> None:
+    r = state.config.rl
     trainer.add_callback(_RLCallback(state, trainer))
-    if state.config.rl.older_checkpoints is OlderCheckpoints.MODEL:  # after the trainer's own rollout-state marker
-        trainer.add_callback(DropOlderResumeState(checkpoint_layout(state.config.algorithm)))
+    layout, older_model_only = checkpoint_layout(state.config.algorithm), r.older_checkpoints is OlderCheckpoints.MODEL
+    if older_model_only:  # after the trainer's own rollout-state marker
+        trainer.add_callback(DropOlderResumeState(layout))
+    disk = DiskSpaceCheck(layout, steps=r.steps, save_steps=r.save_steps, older_model_only=older_model_only)
+    trainer.add_callback(disk)  # after the pruning, so the space it freed counts
     trainer.add_callback(StopOnNonFinite("rl"))  # after the log row is written
     for callback in state.callbacks:
         trainer.add_callback(callback)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import shutil
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -30,8 +32,10 @@ __all__ = [
     "ROLLOUT_STATE",
     "TRAINER_CHECKPOINT",
     "CheckpointLayout",
+    "DiskSpaceCheck",
     "DropOlderResumeState",
     "RolloutStateCallback",
+    "checkpoint_growth",
     "drop_resume_state",
     "last_complete_checkpoint",
     "load_rollout_state",
@@ -146,6 +150,73 @@ class DropOlderResumeState(TrainerCallback):
         if state.is_world_process_zero and newest.is_dir():
             with contextlib.suppress(ValueError):  # incomplete: drop_resume_state checked it (one read) and kept all
                 drop_resume_state(args.output_dir, newest, self.layout)
+
+
+def checkpoint_growth(
+    newest: Path, layout: CheckpointLayout, *, steps_left: int, save_steps: int, older_model_only: bool
+) -> tuple[int, int, int]:
+    """What the run's remaining saves will add to the disk, judged by its newest checkpoint ``newest``.
+
+    A save comes every ``save_steps`` steps and at the last one: ``ceil(steps_left / save_steps)`` more. Each
+    writes a checkpoint the size of ``newest``; under ``rl.older_checkpoints: model`` the one before it then
+    loses its resume-only files (``layout``'s files beyond :data:`MINIMAL_CHECKPOINT`), so a save adds only a
+    checkpoint's model part. The run's ``final/`` model (the model part again) comes at the end.
+
+    Returns:
+        ``(bytes to come, saves to come, bytes of one full checkpoint)``.
+    """
+    files = {p.name: p.stat().st_size for p in newest.iterdir() if p.is_file()}
+    full = sum(files.values())
+    kept = {name for part in MINIMAL_CHECKPOINT.parts for name in part}
+    resume_only = {name for part in layout.parts for name in part} - kept
+    model_part = full - sum(size for name, size in files.items() if name in resume_only)
+    saves = math.ceil(max(steps_left, 0) / save_steps)
+    return saves * (model_part if older_model_only else full) + model_part, saves, full
+
+
+class DiskSpaceCheck(TrainerCallback):
+    """After each save, whether the disk holds the checkpoints still to come (:func:`checkpoint_growth`); when it
+    does not, one ``!!`` line says how much they need, how much is free and what to change, once a run (a disk
+    that fills mid-save kills the run; the checkpoint it was writing is skipped on resume).
+
+    Args:
+        layout: The trainer's checkpoint layout.
+        steps: The run's RL steps (``rl.steps``).
+        save_steps: Steps between checkpoints (``rl.save_steps``).
+        older_model_only: ``rl.older_checkpoints: model`` is set.
+    """
+
+    def __init__(self, layout: CheckpointLayout, *, steps: int, save_steps: int, older_model_only: bool):
+        self.layout, self.steps, self.save_steps, self.older_model_only = layout, steps, save_steps, older_model_only
+        self.warned = False
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        newest = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.warned or not state.is_world_process_zero or not newest.is_dir():
+            return
+        need, saves, full = checkpoint_growth(
+            newest,
+            self.layout,
+            steps_left=self.steps - int(state.global_step),
+            save_steps=self.save_steps,
+            older_model_only=self.older_model_only,
+        )
+        free = shutil.disk_usage(newest).free
+        if need <= free:
+            return
+        self.warned = True
+        fix = (
+            "a larger rl.save_steps"
+            if self.older_model_only
+            else "rl.older_checkpoints: model (older checkpoints keep only their model)"
+        )
+        what = f"the {saves} checkpoints still to come and the final model need" if saves else "the final model needs"
+        print(
+            f"  !! disk: {what} about {need / 1e9:.1f} GB, "
+            f"{free / 1e9:.1f} GB is free under {args.output_dir} ({full / 1e9:.2f} GB a checkpoint); free space "
+            f"or set {fix}",
+            flush=True,
+        )
 
 
 def missing_parts(folder: Path, layout: CheckpointLayout = MINIMAL_CHECKPOINT) -> list[str]:

@@ -106,3 +106,14 @@ def test_the_figures_by_task_type_are_logged_and_drawn(tmp_path, algorithm, sect
         assert step["dynamic_sampling/by_type/long/tied"] == step["dynamic_sampling/by_type/short/tied"] == 1.0
     for figure in ("reward", "tied"):
         assert (tmp_path / algorithm / "plots" / f"by_type_{figure}.png").stat().st_size > 0
+
+
+def test_a_run_whose_checkpoints_will_not_fit_says_so(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from agent_trainers.algorithms.shared import checkpoints
+
+    monkeypatch.setattr(checkpoints, "shutil", SimpleNamespace(disk_usage=lambda _path: SimpleNamespace(free=1000)))
+    _run(tmp_path, "grpo", {})
+    printed = capsys.readouterr().out
+    assert "  !! disk: the final model needs about 0.0 GB, 0.0 GB is free under" in printed  # the run's one save

@@ -13,7 +13,9 @@ from agent_trainers.algorithms.shared.checkpoints import (
     ACCELERATE_CHECKPOINT,
     ROLLOUT_STATE,
     TRAINER_CHECKPOINT,
+    DiskSpaceCheck,
     DropOlderResumeState,
+    checkpoint_growth,
     drop_resume_state,
     last_complete_checkpoint,
     load_rollout_state,
@@ -167,3 +169,56 @@ def test_nothing_is_dropped_unless_the_newest_checkpoint_is_complete(tmp_path):
     callback.on_save(args, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
     assert not (old / "optimizer.pt").is_file() and not (newest / "optimizer.pt").is_file()
     callback.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)  # no such folder
+
+
+def _sized(folder, sizes):
+    folder.mkdir(parents=True)
+    for name, size in sizes.items():
+        (folder / name).write_bytes(b"x" * size)
+    return folder
+
+
+SIZES = {"model.safetensors": 500, "config.json": 20, "trainer_state.json": 10, ROLLOUT_STATE: 5,
+         "optimizer.pt": 1000, "scheduler.pt": 3, "rng_state.pth": 7}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("steps_left", "save_steps", "older_model_only", "want"),
+    [
+        # 1545 bytes a checkpoint, 535 of them the model part (all but optimizer, scheduler and RNG)
+        (100, 10, False, (10 * 1545 + 535, 10, 1545)),  # 10 saves, each kept whole, and final/
+        (95, 10, False, (10 * 1545 + 535, 10, 1545)),  # the last step is saved too: ceil(95 / 10)
+        (100, 10, True, (10 * 535 + 535, 10, 1545)),  # each save leaves the one before with its model part
+        (0, 10, False, (535, 0, 1545)),  # the last save: only final/ is still to come
+    ],
+)
+def test_checkpoint_growth_by_hand(tmp_path, steps_left, save_steps, older_model_only, want):
+    newest = _sized(tmp_path / "checkpoint-10", SIZES)
+    got = checkpoint_growth(
+        newest, TRAINER_CHECKPOINT, steps_left=steps_left, save_steps=save_steps, older_model_only=older_model_only
+    )
+    assert got == want
+
+
+def test_the_disk_check_warns_once_when_the_checkpoints_to_come_do_not_fit(tmp_path, monkeypatch, capsys):
+    _sized(tmp_path / "checkpoint-10", SIZES)
+    state = SimpleNamespace(global_step=10, is_world_process_zero=True)
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    free = {"bytes": 10 * 1545 + 535}  # exactly what 10 more whole checkpoints and final/ need: fits
+    monkeypatch.setattr("shutil.disk_usage", lambda _path: SimpleNamespace(free=free["bytes"]))
+    check = DiskSpaceCheck(TRAINER_CHECKPOINT, steps=110, save_steps=10, older_model_only=False)
+    check.on_save(args, state, None)
+    assert capsys.readouterr().out == ""
+    free["bytes"] -= 1
+    check.on_save(args, state, None)
+    line = capsys.readouterr().out
+    assert line.startswith("  !! disk: the 10 checkpoints still to come and the final model need about 0.0 GB")
+    assert "rl.older_checkpoints: model" in line
+    check.on_save(args, state, None)
+    assert capsys.readouterr().out == ""  # once a run
+    pruned = DiskSpaceCheck(TRAINER_CHECKPOINT, steps=110, save_steps=10, older_model_only=True)
+    pruned.on_save(args, state, None)  # needs 5885 bytes: fits
+    assert capsys.readouterr().out == ""
+    free["bytes"] = 5884
+    pruned.on_save(args, state, None)
+    assert "a larger rl.save_steps" in capsys.readouterr().out
