@@ -180,7 +180,7 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     its tasks' types (``Trajectory.task_type``), ``by_type/<type>/reward`` (mean return), ``.../answered``,
     ``.../turns``, ``.../groups`` (how many) and ``.../tied`` (their share whose returns all tie) for each type
     present: which kinds of problem carry a learning signal. Under dynamic sampling these are the kept groups;
-    ``dynamic_sampling/by_type/<type>/tied`` counts every group played.
+    ``dynamic_sampling/by_type/<type>/groups_played`` and ``.../tied`` count every group played.
     """
     if not trajectories:
         return {}
@@ -366,7 +366,8 @@ class EnvRollouts:
         groups beyond the tied slots are left out. The kept groups are renumbered to their slots. Sets
         :attr:`last_stats`: ``groups_played``, ``dropped`` (share of the groups played that were left out:
         tied, or surplus), ``rounds``, ``kept_tied`` (tied groups left in the batch) and, for each task type
-        named, ``by_type/<type>/tied``: the share of that type's groups played whose returns tied.
+        named, ``by_type/<type>/groups_played`` and ``by_type/<type>/tied``: how many of that type's groups were
+        played, and the share of them whose returns tied.
         """
         slots = [trajectories[k * group : (k + 1) * group] for k in range(len(tasks))]
         every_group = list(slots)
@@ -406,6 +407,7 @@ class EnvRollouts:
             if (kind := _type_name(g[0])) is not None:
                 kinds.setdefault(kind, []).append(returns_tie(g))
         for kind, ties in sorted(kinds.items()):
+            self.last_stats[f"dynamic_sampling/by_type/{kind}/groups_played"] = float(len(ties))
             self.last_stats[f"dynamic_sampling/by_type/{kind}/tied"] = sum(ties) / len(ties)
         return out
 

@@ -104,6 +104,8 @@ def test_the_figures_by_task_type_are_logged_and_drawn(tmp_path, algorithm, sect
     assert step["by_type/long/reward"] == step["by_type/short/reward"] == pytest.approx(step["reward"])
     if section:  # no fresh task is left to refill from: the three groups played are all tied
         assert step["dynamic_sampling/by_type/long/tied"] == step["dynamic_sampling/by_type/short/tied"] == 1.0
+        assert step["dynamic_sampling/by_type/long/groups_played"] == 2.0
+        assert step["dynamic_sampling/by_type/short/groups_played"] == 1.0
     for figure in ("reward", "tied"):
         assert (tmp_path / algorithm / "plots" / f"by_type_{figure}.png").stat().st_size > 0
 

@@ -73,7 +73,9 @@ def test_the_tied_share_by_task_type_counts_every_group_played():
     assert [t.task_index for t in out] == [0, 0, 3, 3]  # no tied group kept: the kept figures would show none
     assert er.last_stats["dynamic_sampling/by_type/even/tied"] == 1 / 2  # 0 varies, 2 tied
     assert er.last_stats["dynamic_sampling/by_type/odd/tied"] == 1 / 2  # 1 tied, 3 varies
-    assert not [k for k in er.last_stats if "by_type" in k and not k.endswith(("/even/tied", "/odd/tied"))]
+    assert er.last_stats["dynamic_sampling/by_type/even/groups_played"] == 2.0
+    assert er.last_stats["dynamic_sampling/by_type/odd/groups_played"] == 2.0
+    assert len([k for k in er.last_stats if "by_type" in k]) == 4
 
 
 def test_surplus_groups_with_signal_are_left_out():
