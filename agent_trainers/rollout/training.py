@@ -193,9 +193,9 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     turns = [turn for t in trajectories for turn in t.turns]
     if turns:
         out["rollout/format_errors"] = sum(bool(turn.format_errors) for turn in turns) / len(turns)
-    groups = _group_returns(trajectories)
-    out["groups/tied"] = sum(max(g) - min(g) <= 1e-9 for g in groups) / len(groups)
-    out["groups/reward_std"] = sum(statistics.pstdev(g) for g in groups) / len(groups)
+    groups = _groups(trajectories)
+    out["groups/tied"] = _tied_share(groups)
+    out["groups/reward_std"] = sum(statistics.pstdev(t.total_reward for t in g) for g in groups) / len(groups)
     out["tokens/model"] = float(sum(turn.end - turn.start for turn in turns))
     out["tokens/total"] = float(sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories))
     for name in sorted({k for t in trajectories for k in t.metrics}):
@@ -206,21 +206,26 @@ def episode_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     for reason in sorted({t.stop_reason for t in trajectories}):
         out[f"rollout/stop/{reason}"] = sum(t.stop_reason == reason for t in trajectories) / n
     for kind, members in _by_type(trajectories).items():
-        kind_groups = _group_returns(members)
+        kind_groups = _groups(members)
         out[f"by_type/{kind}/reward"] = sum(t.total_reward for t in members) / len(members)
         out[f"by_type/{kind}/answered"] = sum(t.answered for t in members) / len(members)
         out[f"by_type/{kind}/turns"] = sum(len(t.turns) for t in members) / len(members)
         out[f"by_type/{kind}/groups"] = float(len(kind_groups))
-        out[f"by_type/{kind}/tied"] = sum(max(g) - min(g) <= 1e-9 for g in kind_groups) / len(kind_groups)
+        out[f"by_type/{kind}/tied"] = _tied_share(kind_groups)
     return out
 
 
-def _group_returns(trajectories: Sequence[Trajectory]) -> list[list[float]]:
-    """The returns of each group (the episodes of one task in one call), in order of first appearance."""
-    groups: dict[tuple[str, int, int], list[float]] = {}
+def _groups(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
+    """The groups (the episodes of one task in one call), in order of first appearance."""
+    groups: dict[tuple[str, int, int], list[Trajectory]] = {}
     for t in trajectories:
-        groups.setdefault((t.env_id, t.group_id, t.task_index), []).append(t.total_reward)
+        groups.setdefault((t.env_id, t.group_id, t.task_index), []).append(t)
     return list(groups.values())
+
+
+def _tied_share(groups: Sequence[Sequence[Trajectory]]) -> float:
+    """The share of ``groups`` whose returns all tie (:func:`returns_tie`)."""
+    return sum(returns_tie(g) for g in groups) / len(groups)
 
 
 def _type_name(t: Trajectory) -> str | None:
