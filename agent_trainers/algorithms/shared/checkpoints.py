@@ -108,6 +108,13 @@ class RolloutStateCallback(TrainerCallback):
         os.replace(tmp, folder / ROLLOUT_STATE)
 
 
+def _resume_only(layout: CheckpointLayout) -> set[str]:
+    """The file names of ``layout``'s parts that :data:`MINIMAL_CHECKPOINT` does not have: what only resuming reads
+    (optimizer, scheduler, RNG states)."""
+    kept = {name for part in MINIMAL_CHECKPOINT.parts for name in part}
+    return {name for part in layout.parts for name in part} - kept
+
+
 def drop_resume_state(folder: str | Path, keep: Path, layout: CheckpointLayout) -> list[Path]:
     """Delete, from every ``checkpoint-N`` under ``folder`` but ``keep``, the files only resuming reads: those of
     ``layout``'s parts that :data:`MINIMAL_CHECKPOINT` does not have (optimizer, scheduler, RNG states). What
@@ -120,8 +127,7 @@ def drop_resume_state(folder: str | Path, keep: Path, layout: CheckpointLayout) 
     missing = missing_parts(keep, layout)
     if missing:
         raise ValueError(f"{keep} is not a complete checkpoint ({'; '.join(missing)}): no older one is pruned")
-    kept = {name for part in MINIMAL_CHECKPOINT.parts for name in part}
-    resume_only = {name for part in layout.parts for name in part} - kept
+    resume_only = _resume_only(layout)
     deleted = []
     for path in sorted(Path(folder).glob("checkpoint-*")):
         if path.resolve() == keep.resolve() or not path.is_dir():
@@ -167,8 +173,7 @@ def checkpoint_growth(
     """
     files = {p.name: p.stat().st_size for p in newest.iterdir() if p.is_file()}
     full = sum(files.values())
-    kept = {name for part in MINIMAL_CHECKPOINT.parts for name in part}
-    resume_only = {name for part in layout.parts for name in part} - kept
+    resume_only = _resume_only(layout)
     model_part = full - sum(size for name, size in files.items() if name in resume_only)
     saves = math.ceil(max(steps_left, 0) / save_steps)
     return saves * (model_part if older_model_only else full) + model_part, saves, full
