@@ -126,6 +126,8 @@ def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> l
         _merge(out / log, archive / log, names)
     for run in (r for r in runs if r.name in changed):  # last: a run is archived once everything it needs is there
         stamp = {"run": run.name, "archived_at": time.strftime("%Y-%m-%d %H:%M:%S"), "from": str(run.folder)}
+        lender = read_json(run.folder / ARCHIVED).get("borrowed_from")  # a borrowed run (.borrow) names its lender
+        stamp |= {"borrowed_from": lender} if lender is not None else {}
         write_atomic(archive / run.folder.relative_to(out) / ARCHIVED, json.dumps(stamp) + "\n")
     return sorted(names)
 

@@ -134,5 +134,8 @@ def describe(runs: Sequence[Run]) -> list[str]:
         own_sft = c.sft.enabled and run.arm.stage is Stage.RL
         start = f" from {run.start.name}" if run.start else (" after its own SFT" if own_sft else "")
         left = f"; {run.arm.algorithm} does not read {', '.join(run.left_behind)}" if run.left_behind else ""
+        if run.arm.borrow is not None:
+            lent = f"{run.arm.borrow.archive}/seed{run.seed}/{run.arm.borrow.arm}"
+            left += f"; borrowed, not trained here: {lent} once checked to be this run"
         lines.append(f"{run.name:28s} {what}{start} -> {run.folder}{left}")
     return lines

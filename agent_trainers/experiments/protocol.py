@@ -142,13 +142,18 @@ NOT_A_CHOICE = ("threads", "verbose", "report_to", "output_dir")
 
 def sweep_digest(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) -> str:
     """The digest of a sweep's definition: the spec less its seeds, description, transfer sets and baselines (they
-    choose nothing), the recipe file's text and the caller's overrides (less :data:`NOT_A_CHOICE`). Test
-    evaluations record it; one made under another is refused."""
+    choose nothing) and a borrowed arm's archive path, the recipe file's text and the caller's overrides (less
+    :data:`NOT_A_CHOICE`). Test evaluations record it; one made under another is refused."""
     from agent_trainers.pipeline.config import find_config
 
     kept = {k: v for k, v in (overrides or {}).items() if k.split(".")[0] not in NOT_A_CHOICE}
     recipe = hashlib.sha256(find_config(spec.recipe).read_bytes()).hexdigest()
-    blob = {"spec": spec.model_dump(mode="json", exclude=OUTSIDE_DEFINITION), "recipe": recipe, "set": kept}
+    definition = spec.model_dump(mode="json", exclude=OUTSIDE_DEFINITION)
+    for arm in definition["arms"]:  # a borrowed arm is defined by its lender's arm; where its archive lies is not
+        lender = arm.pop("borrow")  # (and an arm that borrows nothing hashes as it did before arms could)
+        if lender is not None:
+            arm["borrow"] = {"arm": lender["arm"]}
+    blob = {"spec": definition, "recipe": recipe, "set": kept}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "BASELINES",
     "PACKAGED_SWEEPS",
     "Arm",
+    "Borrow",
     "Choose",
     "Stage",
     "SweepSpec",
@@ -97,6 +98,15 @@ class Choose(StrEnum):
     model: a run that never beat it chooses it)."""
 
 
+class Borrow(_Data):
+    """Where a borrowed arm's runs are (:mod:`.borrow`): another sweep's archive and its arm of the same config."""
+
+    archive: str
+    """That sweep's archive folder (``agent-r1 sweep --archive``), e.g. ``docs/results/sweeps/learn_hotpotqa``."""
+    arm: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    """The arm's name there."""
+
+
 class Arm(_Data):
     """One arm of a sweep: a run per seed, a typed copy of the recipe with its own changes."""
 
@@ -110,6 +120,10 @@ class Arm(_Data):
     """The RL algorithm (None: the recipe's); the recipe's algorithm section carries over what both read."""
     set: dict[str, Any] = Field(default_factory=dict)
     """Dotted config keys set for this arm (after ``algorithm``), e.g. ``{rl.learning_rate: 1.0e-6}``."""
+    borrow: Borrow | None = None
+    """Not trained here: each seed's run is another sweep's run of the same config from the same start model,
+    taken from that sweep's archive with its dev curve, choice and test figures (:mod:`.borrow`). So one arm
+    (e.g. a reward preset another sweep trained) stands in two sweeps' tables without training it twice."""
 
 
 class SweepSpec(_Data):
@@ -152,6 +166,17 @@ class SweepSpec(_Data):
                 raise ValueError(f"arm {arm.name} starts from {arm.start!r}, which is not an arm before it")
             if arm.stage is Stage.SFT and (arm.start is not None or arm.algorithm is not None):
                 raise ValueError(f"arm {arm.name} runs SFT alone: it takes no start model and no algorithm")
+            if arm.borrow is not None and (arm.stage is not Stage.RL or arm.start is None):
+                raise ValueError(
+                    f"arm {arm.name} is borrowed: it must be an RL arm with a start arm (the model both "
+                    "sweeps' runs started from is how its runs are checked to be the same)"
+                )
+            lender = next((a for a in self.arms[:k] if a.name == arm.start and a.borrow is not None), None)
+            if lender is not None:
+                raise ValueError(
+                    f"arm {arm.name} starts from the borrowed arm {lender.name}, whose weights stayed with the sweep "
+                    "that trained it"
+                )
         if self.test is not None and self.test.key() == self.dev.key():
             raise ValueError("the test set must differ from the dev set (choices are made on dev)")
         if (self.transfer or self.baselines) and self.test is None:

@@ -66,6 +66,7 @@ def run_sweep(
     tested seed's results without the weights (:mod:`.archive`): archived runs missing from ``out`` are restored
     first and count as finished, and each seed is archived once its test set is evaluated."""
     import agent_trainers.experiments.archive as archives
+    import agent_trainers.experiments.borrow as borrow
     import agent_trainers.experiments.protocol as protocol
     import agent_trainers.experiments.report as report
     import agent_trainers.experiments.runner as runners
@@ -79,11 +80,14 @@ def run_sweep(
     if archive is not None and (restored := archives.restore_runs(runs, folder, archive)):
         say(f"[sweep] restored from {archive}: {', '.join(restored)} (results without weights)")
     protocol.check_definition(folder, sweep)  # before anything trains: a looked-at test set fixes the definition
-    costs: dict[str, dict[str, float | None]] = {}
     for seed in spec.seeds:
         mine = [r for r in runs if r.seed == seed]
-        costs = runners.run_all(mine, folder, runner=runner or runners.run_in_subprocess, say=say)
+        trained = [r for r in mine if r.arm.borrow is None]
+        runners.run_all(trained, folder, runner=runner or runners.run_in_subprocess, say=say)
+        borrow.borrow_runs(spec, mine, folder, say=say)
         if spec.test is not None and not dev_only:
+            for copied in borrow.borrow_held_out(spec, mine, folder, sweep):
+                say(f"[sweep] {copied}: the lender's evaluation, borrowed")
             protocol.evaluate_test(spec, mine, folder, say=say, sweep=sweep)
         if archive is not None and not dev_only and not all(r.archived for r in mine):
             archives.archive_runs(mine, folder, archive)
@@ -92,6 +96,7 @@ def run_sweep(
         transfer.evaluate_baselines(spec, runs, folder, say=say)
         if archive is not None:
             archives.archive_baselines(folder, archive)
+    costs = runners.read_costs(folder)
     frozen = protocol.freeze_choices(spec, runs, folder, sweep)
     steps = {c["run"]: (c["step"], c["dev"]) for c in frozen["runs"]}
     parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "

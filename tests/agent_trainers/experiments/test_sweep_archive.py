@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from agent_trainers.experiments.archive import archive_runs
 from agent_trainers.experiments.plan import ARCHIVED, plan_runs
-from agent_trainers.experiments.protocol import TEST_LOG, ProtocolError
+from agent_trainers.experiments.protocol import TEST_LOG, ProtocolError, sweep_digest
 from agent_trainers.experiments.runner import run_in_process
-from agent_trainers.experiments.spec import SweepSpec
+from agent_trainers.experiments.spec import SweepSpec, load_sweep
 from agent_trainers.experiments.sweep import run_sweep
 
 
@@ -107,3 +108,14 @@ def test_a_sweep_grows_by_a_seed_on_another_machine_from_its_archive(tmp_path, o
         run_sweep(tiny_sweep(choose="best_dev", seeds=[0, 2]), tmp_path / "machine3", runner=run_in_process,
                   say=said.append, archive=archive)  # fmt: skip
     assert said[0].startswith("[sweep] restored from") and len(said) == 1  # seed 2 was not trained
+
+
+ARCHIVES = Path(__file__).resolve().parents[3] / "docs" / "results" / "sweeps"
+
+
+@pytest.mark.parametrize("archive", sorted(p.parent.name for p in ARCHIVES.glob("*/choices.json")))
+def test_the_committed_archives_still_belong_to_their_sweeps(archive):
+    """A change to how a definition is hashed, or to a packaged sweep or recipe that an archive was tested under,
+    would make every later seed of that sweep refused: each committed archive's digest is its sweep's today."""
+    frozen = json.loads((ARCHIVES / archive / "choices.json").read_text())
+    assert sweep_digest(load_sweep(archive), {"threads": 2}) == frozen["sweep"]

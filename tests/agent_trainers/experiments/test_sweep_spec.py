@@ -84,10 +84,14 @@ def test_the_sweep_of_docs_experiments_md_is_valid_and_plans(tmp_path):
 
     from tests.docs.test_code_blocks import BLOCKS
 
-    block, table3 = [b for b in BLOCKS if b.page == "docs/experiments.md" and b.lang == "yaml"]
+    block, table3, borrowed = [b for b in BLOCKS if b.page == "docs/experiments.md" and b.lang == "yaml"]
     sweep = SweepSpec.model_validate(yaml.safe_load(block.body))
     runs = plan_runs(sweep, tmp_path)
     assert len(runs) == 12 and runs[-1].config.algorithm == "ppo" and runs[-1].config.seed == 2
     # the transfer set and baselines of the Table 3 section, added to that sweep
     grown = SweepSpec.model_validate(yaml.safe_load(block.body) | yaml.safe_load(table3.body))
     assert grown.transfer["musique"].env == "AgentR1/MuSiQue-v0" and grown.baselines == list(BASELINES)
+    # the borrowed arm of "An arm borrowed from another sweep", in that sweep: planned, marked, never trained here
+    lent = SweepSpec.model_validate(yaml.safe_load(block.body) | yaml.safe_load(borrowed.body))
+    lines = describe(plan_runs(lent, tmp_path))
+    assert len(lines) == 9 and lines[1].endswith("sweeps/learn_hotpotqa/seed0/grpo once checked to be this run")
