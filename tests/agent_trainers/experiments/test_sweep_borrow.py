@@ -71,7 +71,8 @@ def fake_runner(dev_ems):
         for step, ems in dev_ems[run.arm.name].items():
             phase = "after_sft" if run.start is None else ("final" if step == 20 else f"rl_step_{step}")
             evaluation(run.folder / "eval" / phase, ems)
-            rows.append({"stage": "eval", "step": step, "phase": phase, "em": sum(ems) / len(ems)})
+            rows.append({"stage": "eval", "step": step, "phase": phase, "em": sum(ems) / len(ems), "em_low": 0.0,
+                         "em_high": 1.0})  # fmt: skip
         (run.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return Cost(60.0 * (1 + len(trained)), None)
 
@@ -127,6 +128,7 @@ def test_a_borrowed_arm_is_copied_checked_and_reported_not_trained(tmp_path, fak
     assert "| grpo-gated | 0 | 10 (0.750) | 0.750 [0.250, 1.000] (n=4) | +0.500 [+0.000, +1.000] | 2 / 0 |" in (
         "\n".join(lines[:12])
     )  # dev
+    assert "| grpo-gated | 0 | 0.250 | 10: 0.750, 20: 0.500 | 10 |" in lines  # its dev curve, the speed table's
     test = "\n".join(lines[lines.index("## Test (evaluated once, after the choices were frozen)") :])
     assert "| grpo-gated | 0 | 10 (0.750) | 1.000 [1.000, 1.000] (n=4) | +0.750 [+0.250, +1.000] | 3 / 0 |" in test
     assert "| grpo-gated − grpo-outcome | sft | 0 | 1.000 − 0.500 | +0.500 [+0.000, +1.000] | 2 / 0 |" in test
