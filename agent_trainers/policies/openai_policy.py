@@ -21,6 +21,7 @@ other HTTP error fails at once with the server's message.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -130,7 +131,7 @@ class OpenAIPolicy:
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST with retries and back-off under one total deadline."""
         deadline = time.monotonic() + self.timeout_s
-        last = "no attempt"
+        failures: list[str] = []
         for attempt in range(self.max_retries + 1):
             if attempt:
                 pause = min(self.backoff_s * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic()))
@@ -140,10 +141,10 @@ class OpenAIPolicy:
             try:
                 return self._attempt(body, deadline)
             except _Retryable as exc:
-                last = str(exc)
+                failures.append(str(exc))
         raise EndpointError(
             f"{self.base_url}/chat/completions failed within {self.timeout_s} s "
-            f"({self.max_retries} retries allowed): {last}"
+            f"({self.max_retries} retries allowed): {_failures(failures)}"
         )
 
     def _attempt(self, body: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -184,6 +185,13 @@ class OpenAIPolicy:
                 ) from None
             except BodyError as exc:
                 raise EndpointError(f"{self.base_url}: {exc}") from None
+
+
+def _failures(failures: list[str]) -> str:
+    """The attempts' failures in order, a run of equal ones once with its count: ``HTTP 503: ... (x2); then no
+    complete answer within 2.0 s`` (a time-out on the last try does not hide the server errors before it)."""
+    runs = [(text, len(list(same))) for text, same in itertools.groupby(failures)]
+    return "; then ".join(text + (f" (x{n})" if n > 1 else "") for text, n in runs) or "no attempt"
 
 
 def _content_text(content: Any) -> str:

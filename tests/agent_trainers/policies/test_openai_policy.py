@@ -44,7 +44,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
             }
         )
         n = type(self).counts[model] = type(self).counts.get(model, 0) + 1
-        if model == "down" or (model == "flaky" and n == 1):
+        if model == "down" or (model in ("flaky", "busy-then-drip") and n == 1):
             self._send(503, b'{"error": "overloaded"}')
         elif model == "bad":
             self._send(400, b'{"error": "max_tokens is too large"}')
@@ -67,7 +67,8 @@ class _ChatHandler(BaseHTTPRequestHandler):
                 self.wfile.write(b" ")
                 self.wfile.flush()
                 time.sleep(0.2)
-        elif model == "drip-headers":  # the status line and headers a byte per 0.2 s: no read ever times out
+        elif model in ("drip-headers", "busy-then-drip"):  # the status line and headers a byte per 0.2 s: no read
+            # ever times out
             for i, byte in enumerate(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 20):
                 self.wfile.write(bytes([byte]))
                 self.wfile.flush()
@@ -128,9 +129,14 @@ def test_transient_errors_are_retried_with_backoff(chat_server):
 
 
 def test_retries_are_bounded(chat_server):
-    with pytest.raises(EndpointError, match=r"failed within .*2 retries allowed.*HTTP 503"):
+    with pytest.raises(EndpointError, match=r"failed within .*2 retries allowed\): HTTP 503: .*overloaded.*' \(x3\)$"):
         ask(OpenAIPolicy(chat_server, "down", max_retries=2, backoff_s=0.01))
     assert _ChatHandler.counts["down"] == 3
+
+
+def test_a_time_out_on_the_last_try_does_not_hide_the_server_errors_before_it(chat_server):
+    with pytest.raises(EndpointError, match=r"HTTP 503: .*overloaded.*'; then no complete answer within 1\.0 s$"):
+        ask(OpenAIPolicy(chat_server, "busy-then-drip", timeout_s=1.0, max_retries=1, backoff_s=0.01))
 
 
 def test_client_errors_fail_at_once_with_the_servers_message(chat_server):
