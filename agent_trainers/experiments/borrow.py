@@ -54,22 +54,12 @@ def _lender_name(run: Run) -> str:
     return f"{run.arm.borrow.arm}/seed{run.seed}"
 
 
-def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping) and value:
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_differences(mine: Run, theirs: Path) -> list[str]:
     """The settings in which the archived run folder ``theirs`` differs from ``mine`` (see the module docstring)."""
-    from agent_trainers.pipeline.config import config_from_dict
+    from agent_trainers.pipeline.config import config_from_dict, dotted_settings
 
     data = yaml.safe_load((theirs / RUN_CONFIG).read_text(encoding="utf-8"))
-    a, b = _flat(mine.config.to_dict()), _flat(config_from_dict(data).to_dict())
+    a, b = dotted_settings(mine.config.to_dict()), dotted_settings(config_from_dict(data).to_dict())
     ignored = {"model.name"} if mine.start is not None else set()
 
     def kept(key: str) -> bool:
@@ -190,23 +180,22 @@ def borrow_held_out(spec: SweepSpec, runs: Sequence[Run], out: str | Path, sweep
         return []
     folder = Path(out)
     chosen = {c["run"]: c for c in freeze_choices(spec, runs, folder, sweep)["runs"]}
-    lent_choices: dict[Path, dict[str, Any]] = {}
     copied = []
     for run in borrowed:
-        lender = lender_folder(run)
+        assert run.arm.borrow is not None
+        archive = Path(run.arm.borrow.archive)
+        lent = {c["run"]: c for c in read_json(archive / CHOICES).get("runs", [])}.get(_lender_name(run), {})
         for held in held_out_sets(spec, folder):
             log = read_json(held.log)
             if run.name in log and log[run.name]["choice"] == chosen[run.name]["digest"]:
                 continue
-            theirs_log = read_json(lender.parents[1] / held.log.relative_to(folder)).get(_lender_name(run))
-            theirs = lender.parents[1] / held.folder.relative_to(folder) / _lender_name(run)
+            theirs_log = read_json(archive / held.log.relative_to(folder)).get(_lender_name(run))
+            theirs = archive / held.folder.relative_to(folder) / _lender_name(run)
             if theirs_log is None or not (theirs / "summary.json").is_file():
                 raise ProtocolError(
-                    f"{run.name}: its lender {_lender_name(run)} has no {held.name} evaluation in {lender.parents[1]} "
+                    f"{run.name}: its lender {_lender_name(run)} has no {held.name} evaluation in {archive} "
                     "(a borrowed arm brings the sets its sweep evaluated)"
                 )
-            lent_choices.setdefault(lender, read_json(lender.parents[1] / CHOICES))
-            lent = {c["run"]: c for c in lent_choices[lender].get("runs", [])}.get(_lender_name(run), {})
             if lent.get("step") != chosen[run.name]["step"] or theirs_log.get("step") != chosen[run.name]["step"]:
                 raise ProtocolError(f"{run.name}: this sweep chooses step {chosen[run.name]['step']} on the dev curve, "
                                     f"its lender chose {lent.get('step')}: not the same choice")  # fmt: skip
@@ -215,7 +204,7 @@ def borrow_held_out(spec: SweepSpec, runs: Sequence[Run], out: str | Path, sweep
                 raise ProtocolError(f"{run.name}: its lender's {held.name} evaluation was made under other settings "
                                     f"than this sweep's ({theirs / 'spec.json'})")  # fmt: skip
             shutil.copytree(theirs, held.folder / run.name, dirs_exist_ok=True)
-            lent_entry = {"archive": str(lender.parents[1]), "run": _lender_name(run), **theirs_log}
+            lent_entry = {"archive": str(archive), "run": _lender_name(run), **theirs_log}
             entry = {"model": theirs_log["model"], "step": chosen[run.name]["step"],
                      "choice": chosen[run.name]["digest"], "sweep": sweep, "evaluated_at": theirs_log["evaluated_at"],
                      BORROWED_FROM: lent_entry}  # fmt: skip

@@ -82,6 +82,7 @@ __all__ = [
     "TrainConfig",
     "YAMLTooLarge",
     "config_from_dict",
+    "dotted_settings",
     "load_config",
     "load_yaml",
     "read_config_text",
@@ -487,6 +488,18 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
             raise ValueError(f"--set {dotted}: {p} is not a section")
         node = child
     node[leaf] = value
+
+
+def dotted_settings(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The inverse of :func:`set_dotted`: every setting of the nested ``data`` under its dotted key
+    (``{"rl": {"steps": 4}}`` -> ``{"rl.steps": 4}``); an empty section stays one value."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out |= dotted_settings(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 MAX_YAML_VALUES = 100_000

@@ -437,24 +437,14 @@ def test_console_commands_print_what_the_docs_show(page: str, docs_folder: Path,
 # ------------------------------------------------------------------------------------------------ yaml
 
 
-def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out |= dotted(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 @pytest.mark.parametrize("page", pages_with("yaml"))
 def test_yaml_blocks_are_valid_config_sections(page: str):
     import yaml
 
-    from agent_trainers.pipeline.config import load_config
+    from agent_trainers.pipeline.config import dotted_settings, load_config
 
     for block in (b for b in BLOCKS if b.page == page and runs(b, "yaml")):
-        config = load_config(ROOT / "configs" / "tiny.yaml", dotted(yaml.safe_load(block.body)))
-        for key, value in dotted(yaml.safe_load(block.body)).items():
+        config = load_config(ROOT / "configs" / "tiny.yaml", dotted_settings(yaml.safe_load(block.body)))
+        for key, value in dotted_settings(yaml.safe_load(block.body)).items():
             got = operator.attrgetter(key)(config)
             assert got == value or str(got) == str(value), f"{block.where}: {key} is {got!r}, the page says {value!r}"
