@@ -5,16 +5,21 @@ A run's config is written as ``<run folder>/sweep_config.yaml`` (the typed copy,
 trained with ``python -m agent_trainers.pipeline.cli train --config <that file>``, ``--resume`` when the folder
 exists (a finished SFT stage is reloaded, RL continues from its last complete checkpoint). A finished run is
 skipped. Each run's wall time and peak memory (resident set of the process tree, sampled twice a second) go to
-``<out>/costs.json``.
+``<out>/costs.json``: the wall time of every invocation of the run, a resumed run's steps redone after a kill
+included, and the invocations' count. While a run trains, its entry is kept current every ``heartbeat_s``
+(marked ``"finished": false``), so a sweep killed mid-run (Ctrl-C, SIGKILL, a machine taken back) loses at
+most that much of its account.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +36,8 @@ RUN_CONFIG = "sweep_config.yaml"
 """The run's typed config, as the run folder keeps it."""
 COSTS = "costs.json"
 """Each run's wall seconds and peak memory, in the sweep's folder."""
+HEARTBEAT_S = 30.0
+"""How often a training run's ``costs.json`` entry is brought up to date."""
 
 
 @dataclass(frozen=True)
@@ -131,9 +138,14 @@ def run_all(
     *,
     runner: Callable[[Run], Cost] = run_in_subprocess,
     say: Callable[[str], None] = print,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> dict[str, dict[str, float | None]]:
-    """Run (or continue) every run in order; finished ones are skipped. Returns the costs, by run name."""
-    costs = read_costs(out)
+    """Run (or continue) every run in order; finished ones are skipped. Returns the costs, by run name.
+
+    A run's cost adds up its invocations: one that a killed sweep left unfinished (its entry marked
+    ``"finished": false``) is continued, and its earlier wall time counts.
+    """
+    ledger = _Ledger(Path(out) / COSTS)
     spent: list[float] = []
     began = time.perf_counter()
     for k, run in enumerate(runs, 1):
@@ -142,12 +154,59 @@ def run_all(
             say(f"{head}: done earlier, skipped")
             continue
         say(f"{head}: {run.config.algorithm if run.config.rl.enabled else 'sft'} -> {run.folder}")
-        cost = runner(run)
-        costs[run.name] = {"wall_s": cost.wall_s, "peak_rss_mb": cost.peak_rss_mb}
-        write_atomic(Path(out) / COSTS, json.dumps(costs, indent=1) + "\n")
+        cost = ledger.account(run.name, functools.partial(runner, run), heartbeat_s)
         spent.append(cost.wall_s)
         left = sum(1 for r in runs[k:] if not r.done)
         eta = left * statistics.mean(spent) / 60
         total = (time.perf_counter() - began) / 60
         say(f"{head} done in {cost.wall_s / 60:.1f} min ({total:.1f} min so far); {left} left, ETA {eta:.0f} min")
-    return costs
+    return ledger.costs
+
+
+class _Ledger:
+    """``costs.json``, written whole (atomically) by the sweep and by the clock of the run in progress."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.costs: dict[str, dict[str, float | None]] = read_json(path)
+        self._lock = threading.Lock()
+
+    def _write(self, name: str, entry: dict[str, float | None]) -> None:
+        with self._lock:
+            self.costs[name] = entry
+            write_atomic(self.path, json.dumps(self.costs, indent=1) + "\n")
+
+    def account(self, name: str, train: Callable[[], Cost], heartbeat_s: float) -> Cost:
+        """Run ``train`` with its entry kept current; returns this invocation's cost."""
+        earlier = self.costs.get(name) or {}
+        if earlier.get("finished", True) is not False:
+            earlier = {}  # a finished run's entry (its folder was removed since): this is a new run
+        before_s, before_peak = float(earlier.get("wall_s") or 0.0), earlier.get("peak_rss_mb")
+        invocations = int(earlier.get("invocations") or 1) + 1 if earlier else 1
+        start, stop = time.perf_counter(), threading.Event()
+
+        def entry(wall_s: float, peak: float | None, finished: bool) -> dict[str, float | None]:
+            peaks = [p for p in (before_peak, peak) if p is not None]
+            record: dict[str, float | None] = {"wall_s": before_s + wall_s, "peak_rss_mb": max(peaks, default=None),
+                                               "invocations": invocations}  # fmt: skip
+            if not finished:
+                record["finished"] = False
+            return record
+
+        def clock() -> None:
+            while not stop.wait(heartbeat_s):
+                self._write(name, entry(time.perf_counter() - start, None, finished=False))
+
+        ticking = threading.Thread(target=clock, name=f"costs:{name}", daemon=True)
+        ticking.start()
+        try:
+            cost = train()
+        except BaseException:
+            stop.set()
+            ticking.join()
+            self._write(name, entry(time.perf_counter() - start, None, finished=False))
+            raise
+        stop.set()
+        ticking.join()
+        self._write(name, entry(cost.wall_s, cost.peak_rss_mb, finished=True))
+        return cost
