@@ -96,6 +96,8 @@ def _table(
         cost = costs.get(run.name, {})
         wall_s, peak_mb = cost.get("wall_s"), cost.get("peak_rss_mb")
         wall = "—" if wall_s is None else f"{wall_s / 60:.1f}"
+        if (cost.get("invocations") or 1) > 1:
+            wall += f" ({cost['invocations']:.0f} invocations)"
         peak = "—" if peak_mb is None else f"{peak_mb:,.0f}"
         step = ""
         if steps is not None:

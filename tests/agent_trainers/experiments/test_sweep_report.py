@@ -58,13 +58,17 @@ def test_the_dev_table_rows_and_the_mean_over_seeds(tmp_path):
         target.parent.mkdir(parents=True, exist_ok=True)
         folder(tmp_path, run.name.replace("/", "_"), "calc", ems[run.name]).rename(target)
     steps = {r.name: (0 if r.start is None else 2, 0.5) for r in runs}
-    costs = {"grpo/seed0": {"wall_s": 90.0, "peak_rss_mb": 6205.0}}
+    costs = {
+        "grpo/seed0": {"wall_s": 90.0, "peak_rss_mb": 6205.0},
+        "grpo/seed1": {"wall_s": 150.0, "peak_rss_mb": None, "invocations": 2},
+    }  # killed once, resumed
     text = report.dev_table(runs, "em", costs, steps)
     lines = text.splitlines()
     assert lines[0].startswith("| run | seed | step chosen on dev (dev) | dev em [95% CI] | paired Δ vs start")
     assert lines[2].startswith("| sft | 0 | — | 0.250 [") and lines[2].endswith("| — | — | — | — | — |")
     assert lines[3].startswith("| grpo | 0 | 2 (0.500) | 0.500 [") and "| +0.250 [" in lines[3]
     assert lines[3].endswith("| 1 / 0 | — | 1.5 | 6,205 |")
+    assert lines[5].startswith("| grpo | 1 |") and lines[5].endswith("| — | 2.5 (2 invocations) | — |")
     assert "| grpo | 0.500 (0.500, 0.500) | +0.375 [" in text and "| 3 / 0 |" in text  # 3 wins of 8 pairs
 
 
