@@ -145,7 +145,7 @@ def run_all(
     A run's cost adds up its invocations: one that a killed sweep left unfinished (its entry marked
     ``"finished": false``) is continued, and its earlier wall time counts.
     """
-    ledger = _Ledger(Path(out) / COSTS)
+    ledger = _Ledger(out)
     spent: list[float] = []
     began = time.perf_counter()
     for k, run in enumerate(runs, 1):
@@ -166,9 +166,9 @@ def run_all(
 class _Ledger:
     """``costs.json``, written whole (atomically) by the sweep and by the clock of the run in progress."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.costs: dict[str, dict[str, float | None]] = read_json(path)
+    def __init__(self, out: str | Path) -> None:
+        self.path = Path(out) / COSTS
+        self.costs = read_costs(out)
         self._lock = threading.Lock()
 
     def _write(self, name: str, entry: dict[str, float | None]) -> None:
@@ -199,14 +199,14 @@ class _Ledger:
 
         ticking = threading.Thread(target=clock, name=f"costs:{name}", daemon=True)
         ticking.start()
+        cost: Cost | None = None
         try:
             cost = train()
-        except BaseException:
+            return cost
+        finally:  # the clock stops before the last write, so it cannot overwrite it
             stop.set()
             ticking.join()
-            self._write(name, entry(time.perf_counter() - start, None, finished=False))
-            raise
-        stop.set()
-        ticking.join()
-        self._write(name, entry(cost.wall_s, cost.peak_rss_mb, finished=True))
-        return cost
+            if cost is None:  # left by an exception (a failed run, Ctrl-C): unfinished, its time kept
+                self._write(name, entry(time.perf_counter() - start, None, finished=False))
+            else:
+                self._write(name, entry(cost.wall_s, cost.peak_rss_mb, finished=True))
