@@ -144,7 +144,7 @@ def sweep_digest(spec: SweepSpec, overrides: Mapping[str, Any] | None = None) ->
     """The digest of a sweep's definition: the spec less its seeds, description, transfer sets and baselines (they
     choose nothing) and a borrowed arm's archive path, the recipe file's text and the caller's overrides (less
     :data:`NOT_A_CHOICE`). Test evaluations record it; one made under another is refused."""
-    from agent_trainers.pipeline.config import find_config
+    from agent_trainers.pipeline.config_files import find_config
 
     kept = {k: v for k, v in (overrides or {}).items() if k.split(".")[0] not in NOT_A_CHOICE}
     recipe = hashlib.sha256(find_config(spec.recipe).read_bytes()).hexdigest()

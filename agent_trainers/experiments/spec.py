@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_trainers.algorithms.shared.names import Algorithm
-from agent_trainers.pipeline.config import load_yaml
+from agent_trainers.pipeline.config_files import load_yaml
 
 __all__ = [
     "BASELINES",

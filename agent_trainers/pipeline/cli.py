@@ -48,7 +48,7 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
     Raises:
         ValueError: An item without ``=``.
     """
-    from agent_trainers.pipeline.config import YAMLTooLarge, load_yaml  # late: only some commands read configs
+    from agent_trainers.pipeline.config_files import YAMLTooLarge, load_yaml  # late: only some commands read configs
 
     out: dict[str, Any] = {}
     for item in items:

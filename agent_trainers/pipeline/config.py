@@ -31,15 +31,12 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-import stat
 import sys
-import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_trainers.algorithms.ppo.config import PPOConfig, check_ppo_settings
@@ -57,6 +54,7 @@ from agent_trainers.algorithms.shared.sections import (
 )
 from agent_trainers.algorithms.shared.settings import MOVED_RL_KEYS, ReportTo, RLConfig, check_logger, moved_key_error
 from agent_trainers.errors import describe_error
+from agent_trainers.pipeline.config_files import find_config, parse_config_text, read_config_text
 from agent_trainers.pipeline.env_settings import (
     TaskSplit,
     check_demonstrators,
@@ -71,21 +69,15 @@ from agent_trainers.rollout.config import MAX_TOKENS, RolloutConfig
 
 __all__ = [
     "ALGORITHM_SECTIONS",
-    "MAX_CONFIG_BYTES",
-    "MAX_CONFIG_DEPTH",
-    "MAX_YAML_VALUES",
     "RESUME_MAY_CHANGE",
     "EnvConfig",
     "EvalConfig",
     "ModelConfig",
     "SFTStageConfig",
     "TrainConfig",
-    "YAMLTooLarge",
     "config_from_dict",
     "dotted_settings",
     "load_config",
-    "load_yaml",
-    "read_config_text",
     "run_settings_of",
     "set_dotted",
     "task_split",
@@ -502,120 +494,12 @@ def dotted_settings(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-MAX_YAML_VALUES = 100_000
-"""The most values a YAML config may expand to (aliases counted each time they are used)."""
-
-MAX_CONFIG_DEPTH = 32
-"""The deepest nesting of sections and values a config may have (``configs/*.yaml`` use 4)."""
-
-MAX_CONFIG_BYTES = 1_000_000
-"""The largest config file read (``configs/*.yaml`` are under 4 kB)."""
-
-
-class YAMLTooLarge(ValueError):
-    """A YAML document expands to more than :data:`MAX_YAML_VALUES` values, or nests deeper than
-    :data:`MAX_CONFIG_DEPTH`."""
-
-
-def load_yaml(text: str, source: str = "the YAML text") -> Any:
-    """``yaml.safe_load`` bounded: the document may nest at most :data:`MAX_CONFIG_DEPTH` deep and expand to at
-    most :data:`MAX_YAML_VALUES` values.
-
-    A 1,344-byte document of nested aliases (``&a [*b, *b, ...]``) expands to 10^6 values and more; every
-    later walk of it (validation, writing ``config.yaml``) would take minutes and gigabytes. A document nested
-    5,000 deep exhausts the loader's recursion (it is refused from the parser's events, before loading).
-
-    Raises:
-        ValueError: One line: not YAML (or a tag such as ``!!python/object``, which safe loading refuses).
-        YAMLTooLarge: Too deep, or too many values (a ``ValueError`` too).
-    """
-    try:
-        _check_yaml_depth(text, source)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from None
-    _check_size(data, source, aliases=True)
-    return data
-
-
-def _check_yaml_depth(text: str, source: str) -> None:
-    """Refuse a YAML document nested deeper than :data:`MAX_CONFIG_DEPTH` from the parser's events (the parser
-    keeps a stack, the loader recurses)."""
-    depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_CONFIG_DEPTH:
-                raise YAMLTooLarge(f"{source} nests deeper than {MAX_CONFIG_DEPTH} levels; a config is far flatter")
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-
-
-def _check_size(data: Any, source: str, *, aliases: bool = False) -> None:
-    """Refuse parsed config data nested deeper than :data:`MAX_CONFIG_DEPTH` or holding more than
-    :data:`MAX_YAML_VALUES` values (walked without recursion)."""
-    count, stack = 0, [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > MAX_YAML_VALUES:
-            why = " (YAML aliases repeat what they name)" if aliases else ""
-            raise YAMLTooLarge(
-                f"{source} expands to more than {MAX_YAML_VALUES:,} values{why}; a config is far smaller"
-            )
-        if depth > MAX_CONFIG_DEPTH:
-            raise YAMLTooLarge(f"{source} nests deeper than {MAX_CONFIG_DEPTH} levels; a config is far flatter")
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for child in (*node.keys(), *node.values()))
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node)
-
-
-PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-"""The configs shipped in the package (``agent_trainers/configs``; the repository's ``configs/*.yaml`` link there),
-so that a pip install has ``agent-r1 train --config tiny``."""
-
-
-def packaged_configs() -> list[str]:
-    """The names ``--config`` takes besides a path: the packaged configs, without ``.yaml``."""
-    return sorted(p.stem for p in PACKAGED_CONFIGS.glob("*.yaml"))
-
-
-def find_config(path: str | Path) -> Path:
-    """``path`` when that file exists, else the packaged config of that name.
-
-    A bare name takes the packaged config (``tiny``, ``tiny.yaml``). A path whose file does not exist but
-    whose file name is a packaged config's (``configs/tiny.yaml`` after a pip install, which has no
-    ``configs/`` folder) takes that packaged config too, and says so in one line on stderr.
-
-    Raises:
-        FileNotFoundError: Neither exists; the message lists the packaged names.
-    """
-    import sys  # here, not at the top: only this fallback prints
-
-    given = Path(path)
-    if given.exists() or given.is_symlink():
-        return given
-    if given.parent == Path(".") and given.suffix in ("", ".yaml"):
-        packaged = PACKAGED_CONFIGS / f"{given.stem}.yaml"
-        if packaged.is_file():
-            return packaged
-    elif given.suffix == ".yaml" and (PACKAGED_CONFIGS / given.name).is_file():
-        packaged = PACKAGED_CONFIGS / given.name
-        print(
-            f"config: {str(path)!r} does not exist here; using the packaged {given.name} ({packaged})", file=sys.stderr
-        )
-        return packaged
-    raise FileNotFoundError(
-        f"no config file {str(path)!r} (and no packaged config of that name: {', '.join(packaged_configs())})"
-    )
-
-
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) config file.
 
     Args:
-        path: The file, or the name of a packaged config (``tiny``: see :func:`find_config`).
+        path: The file, or the name of a packaged config (``tiny``: see
+            :func:`~agent_trainers.pipeline.config_files.find_config`).
         overrides: Dotted keys to set after reading, e.g. ``{"rl.steps": 2}``.
 
     Returns:
@@ -626,17 +510,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         FileNotFoundError: The file does not exist and no packaged config has that name.
     """
     path = find_config(path)
-    text = read_config_text(path)
-    if path.suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path} is not valid TOML: {exc}") from None
-        except RecursionError:
-            raise YAMLTooLarge(f"{path} nests deeper than {MAX_CONFIG_DEPTH} levels; a config is far flatter") from None
-        _check_size(data, str(path))
-    else:
-        data = load_yaml(text, str(path)) or {}
+    data = parse_config_text(path, read_config_text(path))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the config must be a mapping (got {type(data).__name__})")
     before = str(data.get("algorithm", TrainConfig.model_fields["algorithm"].default))
@@ -645,39 +519,6 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     if "algorithm" in (overrides or {}):
         _carry_section(data, before, str(data["algorithm"]))
     return config_from_dict(data)
-
-
-def read_config_text(path: Path) -> str:
-    """The text of a config file, read with bounds: the suffix is checked first, then that it is a regular file
-    (not a folder, a device such as ``/dev/zero`` or a FIFO, which would never end) of at most
-    :data:`MAX_CONFIG_BYTES`, in UTF-8.
-
-    Raises:
-        ValueError: One line naming the file and what is wrong.
-    """
-    if path.suffix not in (".yaml", ".yml", ".toml"):
-        raise ValueError(f"config file must end in .yaml, .yml or .toml (got {path.name!r})")
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{path} is a folder, not a config file")
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{path} is not a regular file (a device, FIFO or socket); a config is a file")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{path} holds {info.st_size:,} bytes, more than a config's {MAX_CONFIG_BYTES:,}")
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)  # the file may have grown since stat
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{path} holds more than a config's {MAX_CONFIG_BYTES:,} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 def _carry_section(data: dict[str, Any], old: str, new: str) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 from agent_gym.core.files import json_lines, write_atomic
 from agent_trainers.algorithms.shared.checkpoints import ROLLOUT_STATE, last_complete_checkpoint
 from agent_trainers.errors import one_line
-from agent_trainers.pipeline.config import TrainConfig, load_yaml, run_settings_of
+from agent_trainers.pipeline.config import TrainConfig, run_settings_of
+from agent_trainers.pipeline.config_files import load_yaml
 from agent_trainers.pipeline.processes import is_main_process
 from agent_trainers.pipeline.stages import checkpoint_layout
 from agent_trainers.rollout.training import settings_differences

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from agent_trainers.pipeline.cli import main
-from agent_trainers.pipeline.config import PACKAGED_CONFIGS
+from agent_trainers.pipeline.config_files import PACKAGED_CONFIGS
 from tests.conftest import LookupEnv, run_agent_r1
 
 ENV_ID = "Test/CLILookup-v0"

@@ -174,7 +174,7 @@ def test_the_repository_configs_that_link_into_the_package_are_package_data():
     import tomllib
     from fnmatch import fnmatch
 
-    from agent_trainers.pipeline.config import PACKAGED_CONFIGS, packaged_configs
+    from agent_trainers.pipeline.config_files import PACKAGED_CONFIGS, packaged_configs
 
     root = CONFIGS.parent
     shipped = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
