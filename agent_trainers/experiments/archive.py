@@ -18,8 +18,12 @@ sweep's baseline evaluations. So a sweep grows seed by seed:
 
 The protocol holds across machines: a test evaluation records the sweep's definition
 (:func:`~agent_trainers.experiments.protocol.sweep_digest`), so a seed added under a changed recipe is refused.
-A seed whose machine went before its test evaluation is trained again from the start; a transfer set named after
-a seed was archived needs that seed's weights, so it is evaluated on the machine that trained it.
+A sweep that tests is archived run by run: each run is tested and archived as soon as it is finished, before the
+next one trains, so a machine that goes mid-seed takes only the run it was training. A run restored without its
+weights that a run still to train starts from (a seed's SFT run, restored while its RL arms are not) is trained
+again (:func:`rebuild_weights`) and checked to be the archived run: its dev answers must equal the archived ones.
+A transfer set named after a run was archived needs that run's weights, so it is evaluated on the machine that
+trained it.
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from agent_gym.core.files import write_atomic
-from agent_trainers.experiments.plan import ARCHIVED, Run, read_json
+from agent_trainers.experiments.plan import ARCHIVED, Run, read_json, with_settings
 from agent_trainers.experiments.protocol import CHOICES, TEST_LOG, TRANSFER, ProtocolError
 from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
 
-__all__ = ["archive_baselines", "archive_runs", "restore_runs"]
+__all__ = ["archive_baselines", "archive_runs", "episode_records", "needing_weights", "rebuild_weights", "restore_runs"]
 
 BASELINES = "baselines"
 """The sweep's baseline evaluations (:data:`~.transfer.BASELINE_FOLDER`)."""
@@ -154,6 +159,77 @@ def restore_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> l
     if (archive / BASELINES).is_dir() and not (out / BASELINES).is_dir():
         shutil.copytree(archive / BASELINES, out / BASELINES)
     return restored
+
+
+def _has_weights(run: Run) -> bool:
+    return (run.model_folder / "config.json").is_file()
+
+
+def needing_weights(runs: Sequence[Run]) -> list[Run]:
+    """The runs of ``runs`` restored without their weights that a run still to train starts from, directly or
+    through another such run; in plan order (a start before the runs that start from it). Borrowed runs are
+    never trained here, so their starts are not needed."""
+    needed: set[str] = set()
+    for run in reversed(runs):  # a run after its start: walk back so a needed run makes its start needed
+        if run.arm.borrow is not None:
+            continue
+        if not run.done or run.name in needed:
+            start = run.start
+            if start is not None and start.archived and not _has_weights(start):
+                needed.add(start.name)
+    return [r for r in runs if r.name in needed]
+
+
+def rebuild_weights(run: Run, train: Callable[[Run], object], say: Callable[[str], None] = print) -> None:
+    """Train the restored run ``run`` again, in a scratch folder beside it, and move its model into ``run``'s folder
+    once it is shown to be the archived run: its dev evaluation's episode records (without trajectories) equal the
+    archived ones, every task (greedy decoding at a fixed seed). The archived results stay as they were; the scratch
+    folder is removed.
+
+    Raises:
+        ProtocolError: The model trained again answered the dev set differently (then the runs that would start
+            from it would not start from the run whose test figures the archive holds); the scratch folder is kept
+            for a look.
+    """
+    from agent_trainers.experiments.report import dev_eval_folder
+
+    scratch = run.folder.parent / f".{run.arm.name}-weights"
+    shutil.rmtree(scratch, ignore_errors=True)
+    again = Run(run.arm, run.seed, with_settings(run.config, {"output_dir": str(scratch)}), run.start, run.left_behind)
+    say(f"[sweep] {run.name}: restored without its weights, which a run still to train starts from: trained again "
+        f"in {scratch}")  # fmt: skip
+    started = time.perf_counter()
+    train(again)
+    archived, rebuilt = dev_eval_folder(run), dev_eval_folder(again)
+    a, b = episode_records(archived), episode_records(rebuilt)
+    if a != b:
+        differ = sum(x != y for x, y in zip(a, b, strict=False)) + abs(len(a) - len(b))
+        raise ProtocolError(
+            f"{run.name} trained again is not the archived run: it answered the dev set differently on {differ} of "
+            f"{max(len(a), len(b))} tasks ({rebuilt} against {archived}); the runs that start from it cannot be "
+            f"trained here against its archived test figures (the scratch run is kept in {scratch})"
+        )
+    shutil.rmtree(run.model_folder, ignore_errors=True)
+    shutil.move(str(again.model_folder), str(run.model_folder))
+    shutil.rmtree(scratch)
+    say(f"[sweep] {run.name}: trained again in {(time.perf_counter() - started) / 60:.1f} min; its dev answers equal "
+        f"the archived ones, {len(a)} of {len(a)}: its model is in {run.model_folder}")  # fmt: skip
+
+
+def episode_records(folder: Path) -> list[dict[str, Any]]:
+    """An evaluation folder's episode records without their trajectories (as an archive keeps them): what two
+    evaluations of one model under the same settings share, to the digit.
+
+    Raises:
+        ProtocolError: The folder has no ``episodes.jsonl``.
+    """
+    path = folder / "episodes.jsonl"
+    if not path.is_file():
+        raise ProtocolError(f"{folder} has no episodes.jsonl")
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    for row in rows:
+        row.pop("trajectory", None)
+    return rows
 
 
 def archive_baselines(out: str | Path, archive: str | Path) -> list[str]:

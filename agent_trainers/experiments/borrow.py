@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from agent_gym.core.files import write_atomic
+from agent_trainers.experiments.archive import episode_records
 from agent_trainers.experiments.plan import ARCHIVED, Run, read_json
 from agent_trainers.experiments.protocol import CHOICES, NOT_A_CHOICE, ProtocolError, freeze_choices, held_out_sets
 from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
@@ -70,16 +71,6 @@ def config_differences(mine: Run, theirs: Path) -> list[str]:
             for k in sorted(set(a) | set(b)) if kept(k) and a.get(k, absent) != b.get(k, absent)]  # fmt: skip
 
 
-def _records(folder: Path) -> list[dict[str, Any]]:
-    path = folder / "episodes.jsonl"
-    if not path.is_file():
-        raise ProtocolError(f"{folder} has no episodes.jsonl")
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    for row in rows:
-        row.pop("trajectory", None)  # an archive keeps the records without their tokens
-    return rows
-
-
 def _lender_start(run: Run, lender: Path) -> Path:
     """The lender's start run, in its archive: the run folder its config's model came from."""
     stamp = read_json(lender / ARCHIVED)
@@ -114,7 +105,7 @@ def _check(run: Run, lender: Path, metric: str, rule: str) -> None:
 
     own_dev = dev_eval_folder(run.start)
     theirs_dev = start / own_dev.relative_to(run.start.folder)
-    a, b = _records(own_dev), _records(theirs_dev)
+    a, b = episode_records(own_dev), episode_records(theirs_dev)
     if a != b:
         differ = [r.get("task_id", k) for k, (r, s) in enumerate(zip(a, b, strict=False)) if r != s]
         count, tasks = len(differ) + abs(len(a) - len(b)), max(len(a), len(b))

@@ -139,11 +139,14 @@ def run_all(
     runner: Callable[[Run], Cost] = run_in_subprocess,
     say: Callable[[str], None] = print,
     heartbeat_s: float = HEARTBEAT_S,
+    after: Callable[[Run], object] | None = None,
 ) -> dict[str, dict[str, float | None]]:
     """Run (or continue) every run in order; finished ones are skipped. Returns the costs, by run name.
 
     A run's cost adds up its invocations: one that a killed sweep left unfinished (its entry marked
-    ``"finished": false``) is continued, and its earlier wall time counts.
+    ``"finished": false``) is continued, and its earlier wall time counts. ``after``: called with each run once
+    it is finished (trained now, or found finished), before the next one starts - where a sweep tests and
+    archives it, so that a machine lost later loses none of it.
     """
     ledger = _Ledger(out)
     spent: list[float] = []
@@ -152,6 +155,8 @@ def run_all(
         head = f"[sweep] run {k}/{len(runs)} {run.name}"
         if run.done:
             say(f"{head}: done earlier, skipped")
+            if after is not None:
+                after(run)
             continue
         say(f"{head}: {run.config.algorithm if run.config.rl.enabled else 'sft'} -> {run.folder}")
         cost = ledger.account(run.name, functools.partial(runner, run), heartbeat_s)
@@ -160,6 +165,8 @@ def run_all(
         eta = left * statistics.mean(spent) / 60
         total = (time.perf_counter() - began) / 60
         say(f"{head} done in {cost.wall_s / 60:.1f} min ({total:.1f} min so far); {left} left, ETA {eta:.0f} min")
+        if after is not None:
+            after(run)
     return ledger.costs
 
 

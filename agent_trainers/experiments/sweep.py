@@ -10,13 +10,15 @@
 Everything goes under ``--out`` (default ``runs/<sweep name>``): ``seed<k>/<arm>/`` (each run's folder),
 ``costs.json``, ``choices.json`` and ``test_log.json`` (:mod:`.protocol`), ``test/`` (the test evaluations),
 ``report.md`` and ``curves.png``. Running it again continues: finished runs and evaluations are kept. Seeds run
-one after another, each tested as soon as its runs are finished; ``--archive DIR`` keeps each tested seed's
-results (without weights) where a later machine finds them (:mod:`.archive`).
+one after another and each run is tested as soon as it is finished; ``--archive DIR`` keeps each tested run's
+results (without weights) where a later machine finds them (:mod:`.archive`), so a machine lost mid-seed loses
+only the run it was training.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +60,14 @@ def run_sweep(
     dev_only: bool = False,
     archive: str | Path | None = None,
 ) -> SweepResult:
-    """Run (or continue) the runs seed by seed - train, freeze each run's choice, evaluate the test set once - and
-    write the report over every seed.
+    """Run (or continue) the runs seed by seed - train, freeze each run's choice, evaluate the test set once (each
+    run as soon as it is finished) - and write the report over every seed.
 
     ``dev_only``: leave the test set untouched and report on dev (a sweep can then grow, e.g. by seeds, and be
     reported on dev as it goes; a run without it evaluates the test set). ``archive``: a folder that keeps each
-    tested seed's results without the weights (:mod:`.archive`): archived runs missing from ``out`` are restored
-    first and count as finished, and each seed is archived once its test set is evaluated."""
+    tested run's results without the weights (:mod:`.archive`): archived runs missing from ``out`` are restored
+    first and count as finished (one that a run still to train starts from is trained again for its weights and
+    checked against its archived dev answers), and each run is archived once its test set is evaluated."""
     import agent_trainers.experiments.archive as archives
     import agent_trainers.experiments.borrow as borrow
     import agent_trainers.experiments.protocol as protocol
@@ -80,10 +83,15 @@ def run_sweep(
     if archive is not None and (restored := archives.restore_runs(runs, folder, archive)):
         say(f"[sweep] restored from {archive}: {', '.join(restored)} (results without weights)")
     protocol.check_definition(folder, sweep)  # before anything trains: a looked-at test set fixes the definition
+    train = runner or runners.run_in_subprocess
+    testing = spec.test is not None and not dev_only
     for seed in spec.seeds:
         mine = [r for r in runs if r.seed == seed]
         trained = [r for r in mine if r.arm.borrow is None]
-        runners.run_all(trained, folder, runner=runner or runners.run_in_subprocess, say=say)
+        for start in archives.needing_weights(mine):
+            archives.rebuild_weights(start, train, say=say)
+        after = functools.partial(_test_and_archive, spec, trained, folder, sweep, archive, say) if testing else None
+        runners.run_all(trained, folder, runner=train, say=say, after=after)
         borrow.borrow_runs(spec, mine, folder, say=say)
         if spec.test is not None and not dev_only:
             for copied in borrow.borrow_held_out(spec, mine, folder, sweep):
@@ -128,6 +136,27 @@ def run_sweep(
     return SweepResult(runs, text, curves)
 
 
+def _test_and_archive(
+    spec: SweepSpec,
+    runs: Sequence[Run],
+    out: Path,
+    sweep: str,
+    archive: str | Path | None,
+    say: Callable[[str], None],
+    run: Run,
+) -> None:
+    """A run just finished: test it once (its choice is its own, so nothing still to train can change it) and
+    archive it, before the next run trains: a machine lost later takes only the run it was training."""
+    import agent_trainers.experiments.archive as archives
+    import agent_trainers.experiments.protocol as protocol
+
+    ready = [r for r in runs if r.done]  # those tested already are kept, and lend a twin evaluation
+    protocol.evaluate_test(spec, ready, out, say=say, sweep=sweep)
+    if archive is not None and not run.archived:
+        archives.archive_runs([run], out, archive)
+        say(f"[sweep] {run.name} tested and archived in {archive}")
+
+
 def _transfer_section(spec: SweepSpec, runs: Sequence[Run], folder: Path, test: dict[str, Path]) -> str:
     """The paper's Table 3: the baselines and the arms on the test set and every transfer set, in the sweep's
     metric (and in EM beside it, where the test evaluations have it)."""
@@ -161,8 +190,8 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument(
         "--archive",
         metavar="DIR",
-        help="keep each tested seed's results (no weights) in DIR and restore them from there: a sweep that "
-        "grows seed by seed across machines",
+        help="keep each tested run's results (no weights) in DIR and restore them from there: a sweep that "
+        "grows run by run across machines",
     )
 
 

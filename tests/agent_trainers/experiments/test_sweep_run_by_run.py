@@ -1,0 +1,114 @@
+"""A sweep tests and archives each run as soon as it is finished, so a machine lost mid-seed loses only the run it
+was training; on the next machine the restored SFT run, whose weights stayed behind, is trained again for the arms
+still to train and checked against its archived dev answers (the model it rebuilt must be the one tested)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_trainers.experiments.archive import needing_weights
+from agent_trainers.experiments.plan import ARCHIVED, plan_runs
+from agent_trainers.experiments.protocol import TEST_LOG, ProtocolError
+from agent_trainers.experiments.sweep import run_sweep
+from tests.agent_trainers.experiments.test_sweep_borrow import DEV_EMS, LENDER, fake_evaluations, fake_runner, sweep
+
+__all__ = ["fake_evaluations"]  # a fixture, used by name
+
+ARMS = [*LENDER, {"name": "grpo-outcome", "start": "sft", "set": {"rl.learning_rate": 1.0e-6}}]
+
+
+def lost_at(arm_name, dev_ems=DEV_EMS):
+    """A runner whose machine goes when it starts training ``arm_name``."""
+    train, trained = fake_runner(dev_ems)
+
+    def runner(run):
+        if run.arm.name == arm_name:
+            raise RuntimeError(f"run {run.name} failed (exit -9)")
+        return train(run)
+
+    return runner, trained
+
+
+def first_machine(tmp_path, fake_evaluations):
+    """Seed 0 trained up to its `grpo-outcome` arm, when the machine goes; returns the archive and what was said."""
+    archive, said = tmp_path / "archive", []
+    runner, trained = lost_at("grpo-outcome")
+    with pytest.raises(RuntimeError, match="grpo-outcome/seed0 failed"):
+        run_sweep(sweep(ARMS), tmp_path / "machine1", runner=runner, say=said.append, archive=archive)
+    assert trained == ["sft/seed0", "grpo/seed0"]
+    return archive, said
+
+
+def test_each_run_is_tested_and_archived_before_the_next_one_trains(tmp_path, fake_evaluations):
+    archive, said = first_machine(tmp_path, fake_evaluations)
+    events = [x for x in said if x.startswith(("[sweep] run", "[sweep] test", "[sweep] sft", "[sweep] grpo"))]
+    order = [x.split(" (")[0].split(":")[0] for x in events if "skipped" not in x]
+    assert order == [
+        "[sweep] run 1/3 sft/seed0", "[sweep] run 1/3 sft/seed0 done in 2.0 min", "[sweep] test 1/1",
+        "[sweep] sft/seed0 tested and archived in " + str(archive),
+        "[sweep] run 2/3 grpo/seed0", "[sweep] run 2/3 grpo/seed0 done in 3.0 min", "[sweep] test 2/2",
+        "[sweep] grpo/seed0 tested and archived in " + str(archive),
+        "[sweep] run 3/3 grpo-outcome/seed0",
+    ]  # fmt: skip
+    assert fake_evaluations == ["sft/seed0 (test)", "grpo/seed0 (test)"]  # each once, though evaluate_test ran twice
+    assert (archive / "seed0" / "sft" / ARCHIVED).is_file() and (archive / "seed0" / "grpo" / ARCHIVED).is_file()
+    assert not (archive / "seed0" / "grpo-outcome").exists()
+    assert set(json.loads((archive / TEST_LOG).read_text())) == {"sft/seed0", "grpo/seed0"}
+
+
+def test_the_next_machine_rebuilds_the_sft_weights_checks_them_and_trains_only_what_is_missing(
+    tmp_path, fake_evaluations
+):
+    archive, _ = first_machine(tmp_path, fake_evaluations)
+    fake_evaluations.clear()
+    said = []
+    train, trained = fake_runner(DEV_EMS)
+    second = tmp_path / "machine2"
+    result = run_sweep(sweep(ARMS), second, runner=train, say=said.append, archive=archive)
+
+    assert said[0] == f"[sweep] restored from {archive}: sft/seed0, grpo/seed0 (results without weights)"
+    assert trained == ["sft/seed0", "grpo-outcome/seed0"]  # the SFT run again (for its weights), the lost arm
+    rebuilt = [x for x in said if "trained again" in x]
+    assert len(rebuilt) == 2 and "equal the archived ones, 4 of 4" in rebuilt[1]
+    sft = second / "seed0" / "sft"
+    assert (sft / "sft" / "config.json").is_file() and (sft / ARCHIVED).is_file()
+    assert not (second / "seed0" / ".sft-weights").exists()  # the scratch folder is gone
+    assert fake_evaluations == ["grpo-outcome/seed0 (test)"]  # the archived runs are not evaluated again
+    log = json.loads((archive / TEST_LOG).read_text())
+    assert set(log) == {"sft/seed0", "grpo/seed0", "grpo-outcome/seed0"}
+    # the paired difference of the new arm is read against the archived SFT test figures (TEST_EMS 1/4 -> 2/4)
+    assert any(x.startswith("| grpo-outcome | 0 |") for x in result.report.splitlines())
+
+
+def test_a_rebuilt_start_that_answers_dev_otherwise_is_refused_before_anything_starts_from_it(
+    tmp_path, fake_evaluations
+):
+    archive, _ = first_machine(tmp_path, fake_evaluations)
+    other = {**DEV_EMS, "sft": {0: [1, 1, 0, 0]}}  # the SFT run, trained again, answers task 1 otherwise
+    train, trained = fake_runner(other)
+    second = tmp_path / "machine2"
+    with pytest.raises(ProtocolError, match=r"sft/seed0 trained again is not the archived run: .* on 1 of 4 tasks"):
+        run_sweep(sweep(ARMS), second, runner=train, say=lambda _: None, archive=archive)
+    assert trained == ["sft/seed0"]  # grpo-outcome never started from it
+    assert not (second / "seed0" / "sft" / "sft").exists()  # no weights moved in
+    assert (second / "seed0" / ".sft-weights" / "sft" / "config.json").is_file()  # kept for a look
+
+
+def test_weights_are_rebuilt_only_for_runs_still_to_train_and_through_a_chain(tmp_path):
+    arms = [*ARMS, {"name": "grpo-more", "start": "grpo"}]
+    sft, grpo, outcome, more = plan_runs(sweep(arms), tmp_path)
+
+    def restore(run):
+        run.folder.mkdir(parents=True, exist_ok=True)
+        (run.folder / ARCHIVED).write_text("{}")
+
+    for run in (sft, grpo, outcome, more):
+        restore(run)
+    assert needing_weights([sft, grpo, outcome, more]) == []  # all restored: nothing trains, nothing is rebuilt
+    (more.folder / ARCHIVED).unlink()  # grpo-more is still to train: grpo, and grpo's start, are needed
+    assert [r.name for r in needing_weights([sft, grpo, outcome, more])] == ["sft/seed0", "grpo/seed0"]
+    (grpo.folder / "final").mkdir()
+    (grpo.folder / "final" / "config.json").write_text("{}")  # grpo has its weights: only they are needed
+    assert needing_weights([sft, grpo, outcome, more]) == []
