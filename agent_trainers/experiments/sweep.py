@@ -150,7 +150,7 @@ def _test_and_archive(
     import agent_trainers.experiments.archive as archives
     import agent_trainers.experiments.protocol as protocol
 
-    ready = [r for r in runs if r.done]  # those tested already are kept, and lend a twin evaluation
+    ready = [r for r in runs[: runs.index(run) + 1] if r.done]  # those tested already are kept (and lend twins)
     protocol.evaluate_test(spec, ready, out, say=say, sweep=sweep)
     if archive is not None and not run.archived:
         archives.archive_runs([run], out, archive)

@@ -119,3 +119,28 @@ def test_the_committed_archives_still_belong_to_their_sweeps(archive):
     would make every later seed of that sweep refused: each committed archive's digest is its sweep's today."""
     frozen = json.loads((ARCHIVES / archive / "choices.json").read_text())
     assert sweep_digest(load_sweep(archive), {"threads": 2}) == frozen["sweep"]
+
+
+@pytest.mark.slow  # ~40 s (a tiny SFT run trained twice, one RL run); CI runs it after the default suite
+def test_a_machine_lost_mid_seed_keeps_the_tested_sft_run_and_the_next_one_rebuilds_it_exactly(tmp_path, one_thread):
+    """The real pipeline, not a fake: the SFT run trained again on the second machine answers dev exactly as the
+    archived one did (so its weights are taken), and only the lost RL arm is trained and tested."""
+    archive, said = tmp_path / "archive", []
+
+    def lost_at_grpo(run):
+        if run.arm.name == "grpo":
+            raise RuntimeError(f"run {run.name} failed (exit -9)")
+        return run_in_process(run)
+
+    with pytest.raises(RuntimeError, match="grpo/seed0 failed"):
+        run_sweep(tiny_sweep(), tmp_path / "machine1", runner=lost_at_grpo, say=said.append, archive=archive)
+    assert (archive / "seed0" / "sft" / ARCHIVED).is_file() and not (archive / "seed0" / "grpo").exists()
+    shutil.rmtree(tmp_path / "machine1")
+
+    said.clear()
+    result = run_sweep(tiny_sweep(), tmp_path / "machine2", runner=run_in_process, say=said.append, archive=archive)
+    rebuilt = [x for x in said if "trained again in" in x and "equal the archived ones" in x]
+    assert len(rebuilt) == 1 and "2 of 2" in rebuilt[0]
+    assert [x.split(": ")[1].split()[0] for x in said if x.startswith("[sweep] test")] == ["grpo/seed0"]
+    assert set(json.loads((archive / TEST_LOG).read_text())) == {"sft/seed0", "grpo/seed0"}
+    assert any(x.startswith("| grpo | 0 |") for x in result.report.splitlines())

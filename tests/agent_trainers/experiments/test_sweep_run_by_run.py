@@ -112,3 +112,34 @@ def test_weights_are_rebuilt_only_for_runs_still_to_train_and_through_a_chain(tm
     (grpo.folder / "final").mkdir()
     (grpo.folder / "final" / "config.json").write_text("{}")  # grpo has its weights: only they are needed
     assert needing_weights([sft, grpo, outcome, more]) == []
+
+
+def test_a_run_finished_but_not_tested_when_the_sweep_stopped_is_tested_before_the_next_one_trains(
+    tmp_path, fake_evaluations, monkeypatch
+):
+    import agent_trainers.pipeline.stages as stages
+
+    out, archive = tmp_path / "machine1", tmp_path / "archive"
+    real = stages.evaluate_model
+
+    def killed_at_grpo(config, model, tokenizer, where, *, phase, tasks=None, label=None):
+        if label.startswith("grpo/"):
+            raise KeyboardInterrupt  # Ctrl-C while grpo's test set is evaluated
+        return real(config, model, tokenizer, where, phase=phase, tasks=tasks, label=label)
+
+    monkeypatch.setattr(stages, "evaluate_model", killed_at_grpo)
+    train, trained = fake_runner(DEV_EMS)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, archive=archive)
+    assert trained == ["sft/seed0", "grpo/seed0"] and not (archive / "seed0" / "grpo").exists()
+
+    monkeypatch.setattr(stages, "evaluate_model", real)
+    said: list[str] = []
+    run_sweep(sweep(ARMS), out, runner=train, say=said.append, archive=archive)
+    events = [x.split(" (")[0] for x in said if x.startswith(("[sweep] run", "[sweep] test", "[sweep] grpo/"))]
+    assert events[1:5] == [
+        "[sweep] run 2/3 grpo/seed0: done earlier, skipped", "[sweep] test 2/2: grpo/seed0",
+        f"[sweep] grpo/seed0 tested and archived in {archive}", "[sweep] run 3/3 grpo-outcome/seed0: grpo -> "
+        f"{out / 'seed0' / 'grpo-outcome'}",
+    ]  # fmt: skip
+    assert trained == ["sft/seed0", "grpo/seed0", "grpo-outcome/seed0"]
