@@ -14,6 +14,8 @@
   rejection sampling), paired over tasks and seeds;
 * :func:`speed_table` - per RL run, the first dev-curve step whose metric reaches its start's + a margin (the
   paper's "process rewards learn faster" read as RL steps);
+* :func:`training_table` - per RL run, what it saw while it trained, in windows of steps: the reward, the
+  episodes' own metrics, entropy, the groups dynamic sampling played and seconds per step;
 * :func:`draw_curves` - the dev metric against the RL step, a line per run (95% band), the start level dashed.
 """
 
@@ -34,7 +36,7 @@ from agent_trainers.experiments.plan import Run
 from agent_trainers.experiments.protocol import ProtocolError
 
 __all__ = ["BEHAVIOUR", "arms_table", "behaviour_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table",
-           "draw_curves", "speed_table", "task_values", "test_set_table"]  # fmt: skip
+           "draw_curves", "speed_table", "task_values", "test_set_table", "training_table"]  # fmt: skip
 
 BEHAVIOUR = ("answer_rate", "tool_calls", "evidence_recall", "format_error_rate", "query_words", "query_copied",
              "answer_words")  # fmt: skip
@@ -266,6 +268,50 @@ def speed_table(runs: Sequence[Run], metric: str, margin: float = 0.02) -> str:
         cell = str(reached) if reached is not None else f"not in {last}"
         points = ", ".join(f"{step}: {mean:.3f}" for step, mean, _, _ in curve) or "—"
         lines.append(f"| {run.arm.name} | {run.seed} | {start:.3f} | {points} | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
+TRAINING = {"reward": "reward", "episode/*": "", "entropy": "entropy",
+            "dynamic_sampling/groups_played": "groups played", "step_time": "s / step"}  # fmt: skip
+"""The columns of :func:`training_table` (``metrics.jsonl`` keys; ``episode/*``: every per-episode metric the runs
+logged, the env's own) and their headers."""
+
+
+def _training_rows(run: Run) -> list[dict[str, Any]]:
+    path = run.folder / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()] if path.is_file() else []
+    steps: dict[int, dict[str, Any]] = {}
+    for row in (r for r in rows if r.get("stage") == "rl"):  # a step's later rows (a replay, the trainer's totals)
+        steps[row["step"]] = {**steps.get(row["step"], {}), **row}  # add to its earlier ones, newer values last
+    return [steps[k] for k in sorted(steps)]
+
+
+def training_table(runs: Sequence[Run], window: int | None = None) -> str:
+    """Per RL run, its training steps in windows of ``window`` steps (default: the run's dev evaluation interval,
+    so each window ends at a point of its dev curve): the mean of each :data:`TRAINING` column over the steps that
+    logged it ("—" where none did: absent, not 0). A step trained twice (resumed from a checkpoint) counts once,
+    with the values it logged last. Empty without RL runs that logged a step."""
+    rl = {r.name: rows for r in runs if r.start is not None and (rows := _training_rows(r))}
+    if not rl:
+        return ""
+    episode = sorted({k for rows in rl.values() for row in rows for k in row if k.startswith("episode/")})
+    columns = [c for key in TRAINING for c in (episode if key == "episode/*" else [key])]
+    headers = [TRAINING.get(c) or c.removeprefix("episode/").replace("_", " ") for c in columns]
+    lines = ["Training, in windows of steps (means over each window's steps of what the trained episodes scored):",
+             "", "| arm | seed | steps | " + " | ".join(headers) + " |", "|---" * (3 + len(columns)) + "|"]  # fmt: skip
+    for run in runs:
+        if run.name not in rl:
+            continue
+        size = window or run.config.eval.every or run.config.rl.steps
+        rows = rl[run.name]
+        for first in range(1, rows[-1]["step"] + 1, size):
+            part = [r for r in rows if first <= r["step"] < first + size]
+            cells = []
+            for column in columns:
+                values = [float(r[column]) for r in part if isinstance(r.get(column), (int, float))]
+                cells.append(f"{statistics.mean(values):.{1 if column == 'step_time' else 3}f}" if values else "—")
+            steps = f"{first}-{min(first + size - 1, rows[-1]['step'])}"
+            lines.append(f"| {run.arm.name} | {run.seed} | {steps} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -116,7 +116,11 @@ def run_sweep(
 
     parts += report.change_lines(runs, spec.metric, dev_folder)
     parts += ["", report.behaviour_table(runs, dev_folder, "dev")]
-    for part in (report.arms_table(runs, spec.metric, dev_folder, "dev"), report.speed_table(runs, spec.metric)):
+    for part in (
+        report.arms_table(runs, spec.metric, dev_folder, "dev"),
+        report.speed_table(runs, spec.metric),
+        report.training_table(runs),
+    ):
         parts += ["", part] if part else []
     if spec.test is not None and dev_only:
         parts += ["", "## Test", "", "Not evaluated yet (`--dev-only`): the test set is untouched."]

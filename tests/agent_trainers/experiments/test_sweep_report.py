@@ -177,3 +177,48 @@ def test_a_tiny_sweep_runs_chooses_tests_once_and_continues(tmp_path, one_thread
     said.clear()
     again = run_sweep(spec, tmp_path, runner=run_in_process, say=said.append)  # everything is kept
     assert again.report == first.report and all("skipped" in line for line in said)
+
+
+def test_the_training_table_averages_each_window_and_counts_a_replayed_step_once(tmp_path):
+    arms = [{"name": "sft", "stage": "sft"}, {"name": "grpo", "start": "sft"}]
+    spec = SweepSpec.model_validate({"recipe": "tiny", "seeds": [0], "dev": {"env_kwargs": {}, "tasks": 4},
+                                     "arms": arms, "set": {"rl.steps": 6, "eval.every": 2}})  # fmt: skip
+    sft, grpo = plan_runs(spec, tmp_path)
+    rows = [
+        {"stage": "rl", "step": 1, "reward": 0.5, "episode/answer_f1": 0.25, "entropy": 0.9, "step_time": 10.0},
+        {"stage": "rl", "step": 2, "reward": 0.0, "episode/answer_f1": 0.75, "entropy": 0.7, "step_time": 30.0},
+        {"stage": "eval", "step": 2, "f1": 0.4},
+        {"stage": "rl", "step": 3, "reward": 9.0, "entropy": 0.5, "step_time": 20.0},  # lost with its machine
+        {"stage": "rl", "step": 3, "reward": 1.0, "entropy": 0.5, "step_time": 20.0},  # replayed after a resume
+        {"stage": "rl", "step": 4, "reward": 0.0, "entropy": 0.3, "step_time": 40.0},
+        {"stage": "rl", "step": 5, "reward": 0.25, "entropy": 0.1, "step_time": 5.0},
+        {"stage": "rl", "step": 5, "train_loss": 0.1},  # the trainer's totals: the step's values stay
+    ]
+    grpo.folder.mkdir(parents=True)
+    (grpo.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = report.training_table([sft, grpo]).splitlines()
+    assert table[2] == "| arm | seed | steps | reward | answer f1 | entropy | groups played | s / step |"
+    assert table[4:] == [  # windows of eval.every = 2 steps (the last one cut where the log ends); no groups played
+        "| grpo | 0 | 1-2 | 0.250 | 0.500 | 0.800 | — | 20.0 |",
+        "| grpo | 0 | 3-4 | 0.500 | — | 0.400 | — | 30.0 |",
+        "| grpo | 0 | 5-5 | 0.250 | — | 0.100 | — | 5.0 |",
+    ]
+    assert report.training_table([sft]) == ""
+
+
+def test_the_training_table_of_a_committed_archive_matches_its_results_page():
+    """hotpotqa_rewards seed 1, `outcome`: the first and last windows as the results page of 2026-12-07 printed
+    them (made then by a separate script); the last window's step 100 has a second row, the trainer's totals."""
+    from pathlib import Path
+
+    from agent_trainers.experiments.spec import load_sweep
+
+    archive = Path(__file__).resolve().parents[3] / "docs" / "results" / "sweeps" / "hotpotqa_rewards"
+    spec = load_sweep("hotpotqa_rewards").model_copy(update={"seeds": [1]})
+    runs = [r for r in plan_runs(spec, archive, {"threads": 2}) if r.arm.name == "grpo-outcome"]
+    rows = {x.split(" | ")[2]: x.split(" | ") for x in report.training_table(runs).splitlines()[4:]}
+    # reward, answer F1, evidence recall, entropy, groups played, s / step
+    assert [rows["1-20"][i] for i in (3, 5, 7, 10, 11)] + [rows["1-20"][12].rstrip(" |")] == [
+        "0.161", "0.230", "0.477", "0.633", "3.600", "59.7"]  # fmt: skip
+    assert [rows["81-100"][i] for i in (3, 5, 7, 10, 11)] + [rows["81-100"][12].rstrip(" |")] == [
+        "0.225", "0.241", "0.508", "0.506", "4.200", "70.1"]  # fmt: skip
