@@ -14,10 +14,10 @@
    same way right after the test set, each with its own log.
 
 Every choice is a run's own (its checkpoint, on its own dev curve); the rest - the recipe, the arms, the dev and
-test sets, the rule - is the sweep's definition, fixed before anything runs. So a seed's runs can be tested as
-soon as they are finished and the sweep can grow by seeds afterwards (on another machine: :mod:`.archive`), as
-long as the definition stays what the first test evaluation was made under (:func:`sweep_digest`: a changed
-definition is refused).
+test sets, the rule - is the sweep's definition, fixed before anything runs. So each run can be tested as soon as
+it is finished (the sweep does so, run by run) and the sweep can grow by runs and seeds afterwards (on another
+machine: :mod:`.archive`), as long as the definition stays what the first test evaluation was made under
+(:func:`sweep_digest`: a changed definition is refused).
 """
 
 from __future__ import annotations
