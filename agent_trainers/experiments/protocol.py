@@ -48,6 +48,7 @@ __all__ = [
     "frozen_test_folders",
     "held_out_sets",
     "make_choices",
+    "metrics_rows",
     "sweep_digest",
 ]
 
@@ -80,7 +81,8 @@ class Choice:
     model: str
 
 
-def _rows(folder: Path) -> list[dict[str, Any]]:
+def metrics_rows(folder: Path) -> list[dict[str, Any]]:
+    """The rows of a run folder's ``metrics.jsonl`` (none when it has none)."""
     path = folder / "metrics.jsonl"
     if not path.is_file():
         return []
@@ -93,7 +95,8 @@ def dev_curve(run: Run, metric: str) -> list[tuple[int, float]]:
     Raises:
         ProtocolError: The run has no dev evaluation of ``metric``.
     """
-    own = [(int(r["step"]), float(r[metric])) for r in _rows(run.folder) if r.get("stage") == "eval" and metric in r]
+    rows = metrics_rows(run.folder)
+    own = [(int(r["step"]), float(r[metric])) for r in rows if r.get("stage") == "eval" and metric in r]
     start: list[tuple[int, float]] = []
     if run.start is not None:
         start = [(0, v) for s, v in dev_curve(run.start, metric)[-1:]]  # the start model's last evaluation

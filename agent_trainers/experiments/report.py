@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,7 +32,7 @@ from agent_trainers.evaluation.metrics import metric_spec
 from agent_trainers.evaluation.records import EpisodeRecord
 from agent_trainers.evaluation.stats import bootstrap_mean, paired_over_seeds
 from agent_trainers.experiments.plan import Run
-from agent_trainers.experiments.protocol import ProtocolError
+from agent_trainers.experiments.protocol import ProtocolError, metrics_rows
 
 __all__ = ["BEHAVIOUR", "arms_table", "behaviour_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table",
            "draw_curves", "speed_table", "task_values", "test_set_table", "training_table"]  # fmt: skip
@@ -63,8 +62,7 @@ def dev_eval_folder(run: Run, step: int | None = None) -> Path:
 
 
 def _seconds_per_step(run: Run) -> float | None:
-    path = run.folder / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()] if path.is_file() else []
+    rows = metrics_rows(run.folder)
     times = [r["step_time"] for r in rows if r.get("stage") == "rl" and "step_time" in r]
     return statistics.mean(times) if times else None
 
@@ -244,8 +242,7 @@ def arms_table(runs: Sequence[Run], metric: str, folder_of: Any, where: str) -> 
 
 def dev_curve(run: Run, metric: str) -> list[tuple[int, float, float, float]]:
     """The dev evaluations a run logged after RL steps, as ``(step, mean, low, high)`` in step order."""
-    path = run.folder / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()] if path.is_file() else []
+    rows = metrics_rows(run.folder)
     evals = [r for r in rows if r.get("stage") == "eval" and metric in r and f"{metric}_low" in r and r["step"] > 0]
     return sorted({r["step"]: (r["step"], r[metric], r[f"{metric}_low"], r[f"{metric}_high"]) for r in evals}.values())
 
@@ -278,8 +275,7 @@ logged, the env's own) and their headers."""
 
 
 def _training_rows(run: Run) -> list[dict[str, Any]]:
-    path = run.folder / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()] if path.is_file() else []
+    rows = metrics_rows(run.folder)
     steps: dict[int, dict[str, Any]] = {}
     for row in (r for r in rows if r.get("stage") == "rl"):  # a step's later rows (a replay, the trainer's totals)
         steps[row["step"]] = {**steps.get(row["step"], {}), **row}  # add to its earlier ones, newer values last
