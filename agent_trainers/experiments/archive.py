@@ -97,7 +97,8 @@ def _merge(src: Path, dst: Path, names: set[str]) -> None:
 
 
 def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> list[str]:
-    """Copy the results of ``runs`` (finished, in the sweep folder ``out``) into ``archive``; returns their names.
+    """Copy the results of ``runs`` (finished, in the sweep folder ``out``) into ``archive``; returns the names of
+    those whose archived results changed (new runs included).
 
     A run archived earlier whose results are unchanged keeps its files and its stamp as they were, so archiving a
     sweep again (each ``agent-r1 sweep --archive`` archives every seed it finishes or finds finished) changes
@@ -134,7 +135,7 @@ def archive_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> l
         lender = read_json(run.folder / ARCHIVED).get("borrowed_from")  # a borrowed run (.borrow) names its lender
         stamp |= {"borrowed_from": lender} if lender is not None else {}
         write_atomic(archive / run.folder.relative_to(out) / ARCHIVED, json.dumps(stamp) + "\n")
-    return sorted(names)
+    return sorted(changed)
 
 
 def restore_runs(runs: Sequence[Run], out: str | Path, archive: str | Path) -> list[str]:

@@ -157,8 +157,10 @@ def _test_and_archive(
     ready = [r for r in runs[: runs.index(run) + 1] if r.done]  # those tested already are kept (and lend twins)
     protocol.evaluate_test(spec, ready, out, say=say, sweep=sweep)
     if archive is not None and not run.archived:
-        archives.archive_runs([run], out, archive)
-        say(f"[sweep] {run.name} tested and archived in {archive}")
+        if archives.archive_runs([run], out, archive):
+            say(f"[sweep] {run.name} tested and archived in {archive}")
+        else:
+            say(f"[sweep] {run.name}: already in {archive}, unchanged")
 
 
 def _transfer_section(spec: SweepSpec, runs: Sequence[Run], folder: Path, test: dict[str, Path]) -> str:

@@ -55,11 +55,11 @@ def test_archiving_again_leaves_unchanged_runs_as_they_were(tmp_path):
         p.write_text(p.read_text().replace('"archived_at": "', '"archived_at": "yesterday '))
     before = {name: p.read_text() for name, p in stamps.items()}
 
-    archive_runs([sft, grpo], out, archive)  # nothing changed
+    assert archive_runs([sft, grpo], out, archive) == []  # nothing changed
     assert {name: p.read_text() for name, p in stamps.items()} == before
 
     (grpo.folder / "eval" / "final" / "summary.json").write_text(json.dumps({"f1": 0.75}))
-    archive_runs([sft, grpo], out, archive)  # grpo's evaluation changed; sft's did not
+    assert archive_runs([sft, grpo], out, archive) == ["grpo/seed0"]  # grpo's evaluation changed; sft's did not
     assert stamps["sft/seed0"].read_text() == before["sft/seed0"]
     assert (
         stamps["grpo/seed0"].read_text() != before["grpo/seed0"] and "yesterday" not in stamps["grpo/seed0"].read_text()
@@ -68,7 +68,7 @@ def test_archiving_again_leaves_unchanged_runs_as_they_were(tmp_path):
     assert first["sft/seed0"].startswith('{"run": "sft/seed0"')
 
     stamps["sft/seed0"].unlink()  # an archive cut before its stamps were written: the run is stamped again
-    archive_runs([sft, grpo], out, archive)
+    assert archive_runs([sft, grpo], out, archive) == ["sft/seed0"]
     assert stamps["sft/seed0"].is_file() and "yesterday" not in stamps["sft/seed0"].read_text()
 
 

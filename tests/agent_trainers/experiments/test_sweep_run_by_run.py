@@ -143,3 +143,19 @@ def test_a_run_finished_but_not_tested_when_the_sweep_stopped_is_tested_before_t
         f"{out / 'seed0' / 'grpo-outcome'}",
     ]  # fmt: skip
     assert trained == ["sft/seed0", "grpo/seed0", "grpo-outcome/seed0"]
+
+
+def test_the_same_machine_going_on_says_which_finished_runs_were_archived_already(tmp_path, fake_evaluations):
+    """The sweep resumed where it stopped (weights still there): runs finished and archived before are passed
+    over as unchanged, and only the new one is said to be archived."""
+    archive, _ = first_machine(tmp_path, fake_evaluations)
+    said = []
+    train, trained = fake_runner(DEV_EMS)
+    run_sweep(sweep(ARMS), tmp_path / "machine1", runner=train, say=said.append, archive=archive)
+    assert trained == ["grpo-outcome/seed0"]
+    archived = [x for x in said if "archived in" in x or "unchanged" in x]
+    assert archived[:3] == [
+        f"[sweep] sft/seed0: already in {archive}, unchanged",
+        f"[sweep] grpo/seed0: already in {archive}, unchanged",
+        f"[sweep] grpo-outcome/seed0 tested and archived in {archive}",
+    ]
