@@ -38,7 +38,7 @@ from agent_trainers.experiments.protocol import CHOICES, NOT_A_CHOICE, ProtocolE
 from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
 from agent_trainers.experiments.spec import SweepSpec
 
-__all__ = ["borrow_held_out", "borrow_runs", "lender_folder"]
+__all__ = ["borrow_held_out", "borrow_runs", "config_differences", "lender_folder", "lender_start"]
 
 BORROWED_FROM = "borrowed_from"
 """The key naming the lender, in a borrowed run's stamp and in its held-out log entries."""
@@ -71,7 +71,7 @@ def config_differences(mine: Run, theirs: Path) -> list[str]:
             for k in sorted(set(a) | set(b)) if kept(k) and a.get(k, absent) != b.get(k, absent)]  # fmt: skip
 
 
-def _lender_start(run: Run, lender: Path) -> Path:
+def lender_start(run: Run, lender: Path) -> Path:
     """The lender's start run, in its archive: the run folder its config's model came from."""
     stamp = read_json(lender / ARCHIVED)
     config = yaml.safe_load((lender / RUN_CONFIG).read_text(encoding="utf-8"))
@@ -95,7 +95,7 @@ def _check(run: Run, lender: Path, metric: str, rule: str) -> None:
             f"{run.name} is borrowed from {name}, which {lender.parents[1]} does not hold (an archive holds the seeds "
             "its sweep tested; check the path, and run from the folder it is relative to)"
         )
-    start = _lender_start(run, lender)
+    start = lender_start(run, lender)
     for mine, theirs in ((run, lender), (run.start, start)):
         if differences := config_differences(mine, theirs):
             shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agent_trainers.experiments.plan import describe, plan_runs
@@ -95,3 +97,21 @@ def test_the_sweep_of_docs_experiments_md_is_valid_and_plans(tmp_path):
     lent = SweepSpec.model_validate(yaml.safe_load(block.body) | yaml.safe_load(borrowed.body))
     lines = describe(plan_runs(lent, tmp_path))
     assert len(lines) == 9 and lines[1].endswith("sweeps/learn_hotpotqa/seed0/grpo once checked to be this run")
+
+
+def test_every_packaged_borrowed_arm_has_the_config_of_its_archived_lender(tmp_path):
+    """A packaged sweep that borrows an arm from a committed archive plans that run (and its start run) with the
+    lender's settings, for every seed the archive holds: else `agent-r1 sweep` would refuse the borrow only after
+    hours of training the other arms."""
+    from agent_trainers.experiments.borrow import config_differences, lender_folder, lender_start
+
+    root, checked = Path(__file__).resolve().parents[3], []
+    for path in sorted(PACKAGED_SWEEPS.glob("*.yaml")):
+        for run in plan_runs(load_sweep(path.stem), tmp_path / path.stem):
+            if run.arm.borrow is None or not (lender := root / lender_folder(run)).is_dir():
+                continue
+            assert config_differences(run, lender) == [], run.name
+            assert config_differences(run.start, lender_start(run, lender)) == [], run.start.name
+            checked.append(f"{path.stem}:{run.name}")
+    assert {"hotpotqa_algorithms:rft/seed2", "hotpotqa_rewards:grpo-gated/seed0"} <= set(checked)
+    assert {"hotpotqa_algorithms:grpo/seed1", "hotpotqa_process_turn:grpo-process/seed1"} <= set(checked)
