@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from agent_trainers.experiments.protocol import CHOICES, NOT_A_CHOICE, ProtocolE
 from agent_trainers.experiments.runner import COSTS, RUN_CONFIG
 from agent_trainers.experiments.spec import SweepSpec
 
-__all__ = ["borrow_held_out", "borrow_runs", "config_differences", "lender_folder", "lender_start"]
+__all__ = ["borrow_held_out", "borrow_runs", "differing_configs", "lender_folder", "lender_start"]
 
 BORROWED_FROM = "borrowed_from"
 """The key naming the lender, in a borrowed run's stamp and in its held-out log entries."""
@@ -86,6 +86,15 @@ def lender_start(run: Run, lender: Path) -> Path:
     return lender.parents[1] / relative.parent
 
 
+def differing_configs(run: Run, lender: Path, start: Path) -> Iterator[tuple[Run, Path, list[str]]]:
+    """Each of ``run`` and its start run whose config differs from its counterpart's in the lender's archive
+    (``lender``, and the lender's start run ``start``), with the differences; nothing when both are the same."""
+    assert run.start is not None
+    for mine, theirs in ((run, lender), (run.start, start)):
+        if differences := config_differences(mine, theirs):
+            yield mine, theirs, differences
+
+
 def _check(run: Run, lender: Path, metric: str, rule: str) -> None:
     """Refuse ``run``'s lender unless it is the run this sweep would train (the module docstring's 1-3)."""
     assert run.start is not None
@@ -96,11 +105,10 @@ def _check(run: Run, lender: Path, metric: str, rule: str) -> None:
             "its sweep tested; check the path, and run from the folder it is relative to)"
         )
     start = lender_start(run, lender)
-    for mine, theirs in ((run, lender), (run.start, start)):
-        if differences := config_differences(mine, theirs):
-            shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
-            raise ProtocolError(f"{run.name} cannot be borrowed from {name}: {mine.name}'s config differs from "
-                                f"{theirs}'s ({shown})")  # fmt: skip
+    for mine, theirs, differences in differing_configs(run, lender, start):
+        shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
+        raise ProtocolError(f"{run.name} cannot be borrowed from {name}: {mine.name}'s config differs from "
+                            f"{theirs}'s ({shown})")  # fmt: skip
     from agent_trainers.experiments.report import dev_eval_folder
 
     own_dev = dev_eval_folder(run.start)

@@ -103,15 +103,14 @@ def test_every_packaged_borrowed_arm_has_the_config_of_its_archived_lender(tmp_p
     """A packaged sweep that borrows an arm from a committed archive plans that run (and its start run) with the
     lender's settings, for every seed the archive holds: else `agent-r1 sweep` would refuse the borrow only after
     hours of training the other arms."""
-    from agent_trainers.experiments.borrow import config_differences, lender_folder, lender_start
+    from agent_trainers.experiments.borrow import differing_configs, lender_folder, lender_start
 
     root, checked = Path(__file__).resolve().parents[3], []
     for path in sorted(PACKAGED_SWEEPS.glob("*.yaml")):
         for run in plan_runs(load_sweep(path.stem), tmp_path / path.stem):
             if run.arm.borrow is None or not (lender := root / lender_folder(run)).is_dir():
                 continue
-            assert config_differences(run, lender) == [], run.name
-            assert config_differences(run.start, lender_start(run, lender)) == [], run.start.name
+            assert list(differing_configs(run, lender, lender_start(run, lender))) == [], run.name
             checked.append(f"{path.stem}:{run.name}")
     assert {"hotpotqa_algorithms:rft/seed2", "hotpotqa_rewards:grpo-gated/seed0"} <= set(checked)
     assert {"hotpotqa_algorithms:grpo/seed1", "hotpotqa_process_turn:grpo-process/seed1"} <= set(checked)
