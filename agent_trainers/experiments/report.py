@@ -34,7 +34,7 @@ from agent_trainers.evaluation.stats import bootstrap_mean, paired_over_seeds
 from agent_trainers.experiments.plan import Run
 from agent_trainers.experiments.protocol import ProtocolError, metrics_rows
 
-__all__ = ["BEHAVIOUR", "arms_table", "behaviour_table", "change_lines", "dev_curve", "dev_eval_folder", "dev_table",
+__all__ = ["BEHAVIOUR", "arms_table", "behaviour_table", "change_lines", "dev_band", "dev_eval_folder", "dev_table",
            "draw_curves", "speed_table", "task_values", "test_set_table", "training_table"]  # fmt: skip
 
 BEHAVIOUR = ("answer_rate", "tool_calls", "evidence_recall", "format_error_rate", "query_words", "query_copied",
@@ -240,8 +240,10 @@ def arms_table(runs: Sequence[Run], metric: str, folder_of: Any, where: str) -> 
     return "\n".join(head + lines) + "\n"
 
 
-def dev_curve(run: Run, metric: str) -> list[tuple[int, float, float, float]]:
-    """The dev evaluations a run logged after RL steps, as ``(step, mean, low, high)`` in step order."""
+def dev_band(run: Run, metric: str) -> list[tuple[int, float, float, float]]:
+    """The dev evaluations a run logged after RL steps, as ``(step, mean, low, high)`` in step order: the points
+    of its plotted curve with their 95% band (:func:`~agent_trainers.experiments.protocol.dev_curve` is the
+    choosing curve: ``(step, value)``, with the start model's last evaluation as step 0)."""
     rows = metrics_rows(run.folder)
     evals = [r for r in rows if r.get("stage") == "eval" and metric in r and f"{metric}_low" in r and r["step"] > 0]
     return sorted({r["step"]: (r["step"], r[metric], r[f"{metric}_low"], r[f"{metric}_high"]) for r in evals}.values())
@@ -259,7 +261,7 @@ def speed_table(runs: Sequence[Run], metric: str, margin: float = 0.02) -> str:
     for run in rl:
         assert run.start is not None  # for mypy: filtered above
         start = statistics.mean(task_values(load_run(dev_eval_folder(run.start)), metric).values())
-        curve = dev_curve(run, metric)
+        curve = dev_band(run, metric)
         reached = next((step for step, mean, _, _ in curve if mean >= start + margin - 1e-12), None)
         last = curve[-1][0] if curve else 0
         cell = str(reached) if reached is not None else f"not in {last}"
@@ -324,7 +326,7 @@ def draw_curves(runs: Sequence[Run], metric: str, path: Path, title: str) -> Pat
         if run.start is None:
             continue
         level = bootstrap_mean(list(task_values(load_run(dev_eval_folder(run.start)), metric).values()))
-        points = dev_curve(run, metric)
+        points = dev_band(run, metric)
         if not points:
             continue
         steps, means, lows, highs = zip(*points, strict=True)

@@ -137,7 +137,7 @@ def test_steps_to_reach_the_start_plus_a_margin_read_the_dev_curve(tmp_path):
         rows.append({"stage": "rl", "step": 1, "em": 9.0})  # not an evaluation
         run.folder.mkdir(parents=True, exist_ok=True)
         (run.folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    assert report.dev_curve(runs[1], "em") == [(2, 0.26, 0.26 - 0.1, 0.26 + 0.1), (4, 0.30, 0.30 - 0.1, 0.30 + 0.1)]
+    assert report.dev_band(runs[1], "em") == [(2, 0.26, 0.26 - 0.1, 0.26 + 0.1), (4, 0.30, 0.30 - 0.1, 0.30 + 0.1)]
     lines = report.speed_table(runs, "em").splitlines()
     assert "| fast | 0 | 0.250 | 2: 0.260, 4: 0.300 | 4 |" in lines
     assert "| flat | 0 | 0.250 | 2: 0.250, 4: 0.200 | not in 4 |" in lines
