@@ -6,6 +6,8 @@
     agent-r1 sweep learn_main                        # run (or continue) everything, then the report
     agent-r1 sweep learn_hotpotqa --seeds 0 --set rl.steps=20 --out runs/hotpotqa-short
     agent-r1 sweep calculator_rewards --archive docs/results/sweeps/calculator_rewards   # grows seed by seed
+    agent-r1 sweep hotpotqa_algorithms --report --archive docs/results/sweeps/hotpotqa_algorithms --out /tmp/r
+                                                     # the report of what is finished so far; nothing runs
 
 Everything goes under ``--out`` (default ``runs/<sweep name>``): ``seed<k>/<arm>/`` (each run's folder),
 ``costs.json``, ``choices.json`` and ``test_log.json`` (:mod:`.protocol`), ``test/`` (the test evaluations),
@@ -28,7 +30,7 @@ from agent_gym.core.files import write_atomic
 from agent_trainers.experiments.plan import Run, describe, plan_runs
 from agent_trainers.experiments.spec import SweepSpec, load_sweep
 
-__all__ = ["SweepResult", "add_sweep_parser", "run_sweep", "run_sweep_command"]
+__all__ = ["SweepResult", "add_sweep_parser", "finished_runs", "run_sweep", "run_sweep_command"]
 
 SWEEP_HELP = "run a sweep (packaged or a file): runs on several seeds, choices on dev, the test set once, a report"
 
@@ -59,6 +61,7 @@ def run_sweep(
     say: Callable[[str], None] = print,
     dev_only: bool = False,
     archive: str | Path | None = None,
+    report_only: bool = False,
 ) -> SweepResult:
     """Run (or continue) the runs seed by seed - train, freeze each run's choice, evaluate the test set once (each
     run as soon as it is finished) - and write the report over every seed.
@@ -67,13 +70,17 @@ def run_sweep(
     reported on dev as it goes; a run without it evaluates the test set). ``archive``: a folder that keeps each
     tested run's results without the weights (:mod:`.archive`): archived runs missing from ``out`` are restored
     first and count as finished (one that a run still to train starts from is trained again for its weights and
-    checked against its archived dev answers), and each run is archived once its test set is evaluated."""
+    checked against its archived dev answers), and each run is archived once its test set is evaluated.
+    ``report_only``: train and evaluate nothing; report on the runs finished (and, unless ``dev_only``, tested)
+    so far - restored from ``archive`` and copied from lenders, which costs no compute - and name the rest
+    (:func:`finished_runs`): a report of a sweep still growing, e.g. while another process trains it.
+
+    Raises:
+        ProtocolError: ``report_only`` and no run is finished yet, or a step of the protocol out of order."""
     import agent_trainers.experiments.archive as archives
-    import agent_trainers.experiments.borrow as borrow
     import agent_trainers.experiments.protocol as protocol
     import agent_trainers.experiments.report as report
     import agent_trainers.experiments.runner as runners
-    import agent_trainers.experiments.transfer as transfer
 
     if seeds is not None:
         spec = spec.model_copy(update={"seeds": list(seeds)})
@@ -83,33 +90,22 @@ def run_sweep(
     if archive is not None and (restored := archives.restore_runs(runs, folder, archive)):
         say(f"[sweep] restored from {archive}: {', '.join(restored)} (results without weights)")
     protocol.check_definition(folder, sweep)  # before anything trains: a looked-at test set fixes the definition
-    train = runner or runners.run_in_subprocess
     testing = spec.test is not None and not dev_only
-    for seed in spec.seeds:
-        mine = [r for r in runs if r.seed == seed]
-        trained = [r for r in mine if r.arm.borrow is None]
-        for start in archives.needing_weights(mine):
-            archives.rebuild_weights(start, train, say=say)
-        after = functools.partial(_test_and_archive, spec, trained, folder, sweep, archive, say) if testing else None
-        runners.run_all(trained, folder, runner=train, say=say, after=after)
-        borrow.borrow_runs(spec, mine, folder, say=say)
-        if spec.test is not None and not dev_only:
-            for copied in borrow.borrow_held_out(spec, mine, folder, sweep):
-                say(f"[sweep] {copied}: the lender's evaluation, borrowed")
-            protocol.evaluate_test(spec, mine, folder, say=say, sweep=sweep)
-        if archive is not None and not dev_only and not all(r.archived for r in mine):
-            archives.archive_runs(mine, folder, archive)
-            say(f"[sweep] seed {seed} archived in {archive}")
-    if spec.test is not None and not dev_only and spec.baselines:
-        transfer.evaluate_baselines(spec, runs, folder, say=say)
-        if archive is not None:
-            archives.archive_baselines(folder, archive)
+    missing: list[str] = []
+    if report_only:
+        runs, missing = finished_runs(spec, runs, folder, sweep, testing, say)
+    else:
+        _grow(spec, runs, folder, sweep, runner or runners.run_in_subprocess, say, dev_only, archive)
     costs = runners.read_costs(folder)
     frozen = protocol.freeze_choices(spec, runs, folder, sweep)
     steps = {c["run"]: (c["step"], c["dev"]) for c in frozen["runs"]}
     parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "
              f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (sweep {frozen['sweep']}).", "",
              "## Dev (every choice is made here)", "", report.dev_table(runs, spec.metric, costs, steps)]  # fmt: skip
+    if missing:
+        parts[2:2] = [f"Partial report (`--report`: nothing was trained or evaluated for it): {len(runs)} of "
+                      f"{len(runs) + len(missing)} runs; not finished{' and tested' if testing else ''} yet: "
+                      f"{', '.join(missing)}.", ""]  # fmt: skip
 
     def dev_folder(run: Run) -> Path:
         return report.dev_eval_folder(run, steps[run.name][0])
@@ -138,6 +134,84 @@ def run_sweep(
     write_atomic(folder / "report.md", text)
     curves = report.draw_curves(runs, spec.metric, folder / "curves.png", f"{name}: dev {spec.metric}")
     return SweepResult(runs, text, curves)
+
+
+def _grow(
+    spec: SweepSpec,
+    runs: Sequence[Run],
+    folder: Path,
+    sweep: str,
+    train: Callable[[Run], Any],
+    say: Callable[[str], None],
+    dev_only: bool,
+    archive: str | Path | None,
+) -> None:
+    """Train what is missing seed by seed, testing (unless ``dev_only``) and archiving each run as it finishes;
+    then the baselines."""
+    import agent_trainers.experiments.archive as archives
+    import agent_trainers.experiments.borrow as borrow
+    import agent_trainers.experiments.protocol as protocol
+    import agent_trainers.experiments.runner as runners
+    import agent_trainers.experiments.transfer as transfer
+
+    testing = spec.test is not None and not dev_only
+    for seed in spec.seeds:
+        mine = [r for r in runs if r.seed == seed]
+        trained = [r for r in mine if r.arm.borrow is None]
+        for start in archives.needing_weights(mine):
+            archives.rebuild_weights(start, train, say=say)
+        after = functools.partial(_test_and_archive, spec, trained, folder, sweep, archive, say) if testing else None
+        runners.run_all(trained, folder, runner=train, say=say, after=after)
+        borrow.borrow_runs(spec, mine, folder, say=say)
+        if testing:
+            for copied in borrow.borrow_held_out(spec, mine, folder, sweep):
+                say(f"[sweep] {copied}: the lender's evaluation, borrowed")
+            protocol.evaluate_test(spec, mine, folder, say=say, sweep=sweep)
+        if archive is not None and not dev_only and not all(r.archived for r in mine):
+            archives.archive_runs(mine, folder, archive)
+            say(f"[sweep] seed {seed} archived in {archive}")
+    if testing and spec.baselines:
+        transfer.evaluate_baselines(spec, runs, folder, say=say)
+        if archive is not None:
+            archives.archive_baselines(folder, archive)
+
+
+def finished_runs(
+    spec: SweepSpec, runs: Sequence[Run], out: Path, sweep: str, testing: bool, say: Callable[[str], None]
+) -> tuple[list[Run], list[str]]:
+    """The runs a report can show now, and the names of the others: each finished run (a borrowed one is copied
+    from its lender first, once its start is finished) that was tested too when ``testing`` (its evaluation of
+    every held-out set is logged under its frozen choice), and whose start can be shown. Nothing is trained or
+    evaluated; the finished runs' choices are frozen (``choices.json``), as every report does.
+
+    Raises:
+        ProtocolError: No run can be shown, or a lender is not the run this sweep would train.
+    """
+    import agent_trainers.experiments.borrow as borrow
+    import agent_trainers.experiments.protocol as protocol
+
+    borrow.borrow_runs(spec, [r for r in runs if r.start is None or r.start.done], out, say=say)
+    done = [r for r in runs if r.done]
+    if testing and done:
+        borrow.borrow_held_out(spec, done, out, sweep)
+        protocol.freeze_choices(spec, done, out, sweep)
+
+    def tested(run: Run) -> bool:
+        try:
+            for held in protocol.held_out_sets(spec, out):
+                protocol.frozen_test_folders(spec, [run], out, held.name)
+        except protocol.ProtocolError:
+            return False
+        return True
+
+    shown: dict[str, Run] = {}
+    for run in done:  # in plan order: a run's start comes before it
+        if (not testing or tested(run)) and (run.start is None or run.start.name in shown):
+            shown[run.name] = run
+    if not shown:
+        raise protocol.ProtocolError(f"no run of {out} is finished{' and tested' if testing else ''} yet: nothing to "
+                                     "report (restore an archive with --archive)")  # fmt: skip
+    return list(shown.values()), [r.name for r in runs if r.name not in shown]
 
 
 def _test_and_archive(
@@ -194,6 +268,12 @@ def add_sweep_parser(sub: Any) -> None:
         "--dev-only", action="store_true", help="run and report on dev; leave the test set untouched for a later run"
     )
     sweep.add_argument(
+        "--report",
+        action="store_true",
+        help="train and evaluate nothing: report on the runs finished and tested so far (with --archive: those it "
+        "holds) and name the rest",
+    )
+    sweep.add_argument(
         "--archive",
         metavar="DIR",
         help="keep each tested run's results (no weights) in DIR and restore them from there: a sweep that "
@@ -208,6 +288,8 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
     out = Path(args.out or f"runs/{name}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
     overrides = parse_set(args.set)
+    if args.plan and args.report:
+        raise ValueError("--plan and --report: choose one (the plan runs nothing; the report trains nothing)")
     if args.plan:
         planned = spec if seeds is None else spec.model_copy(update={"seeds": seeds})
         runs = plan_runs(planned, out, overrides)
@@ -222,9 +304,8 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
         for line in describe(runs):
             print(line)
         return 0
-    result = run_sweep(
-        spec, out, name=name, overrides=overrides, seeds=seeds, dev_only=args.dev_only, archive=args.archive
-    )
+    result = run_sweep(spec, out, name=name, overrides=overrides, seeds=seeds, dev_only=args.dev_only,
+                       archive=args.archive, report_only=args.report)  # fmt: skip
     print(result.report)
     if result.curves:
         print(f"curves: {result.curves}")

@@ -33,5 +33,7 @@ def test_sweep_help_and_one_line_errors(capsys):
     assert err.startswith("agent-r1 sweep: error: no sweep file 'learn_mian'") and err.count("\n") == 1
     assert main(["sweep", "learn_main", "--plan", "--set", "rl.micro_batch=2"]) == 2
     assert "rl.micro_batch moved: it is now grpo.micro_batch" in capsys.readouterr().err
+    assert main(["sweep", "learn_main", "--plan", "--report"]) == 2
+    assert "--plan and --report: choose one" in capsys.readouterr().err
     assert main(["sweep", "learn_main", "--plan", "--seeds", "0,1,2"]) == 0
     assert capsys.readouterr().out.count("grpo RL, 8 steps") == 3

@@ -159,3 +159,61 @@ def test_the_same_machine_going_on_says_which_finished_runs_were_archived_alread
         f"[sweep] grpo/seed0: already in {archive}, unchanged",
         f"[sweep] grpo-outcome/seed0 tested and archived in {archive}",
     ]
+
+
+def test_a_report_of_a_sweep_still_growing_shows_the_tested_runs_and_trains_nothing(tmp_path, fake_evaluations):
+    """``--report`` on another machine while seed 0's third arm is still to train: the archive's two runs are
+    reported (the test EMs of ``TEST_EMS``: sft 0.25, grpo 1.00, paired +0.75), the third is named as missing,
+    nothing is trained or evaluated, and the growing sweep then goes on from the same archive as before."""
+    archive, _ = first_machine(tmp_path, fake_evaluations)
+    fake_evaluations.clear()
+    train, trained = fake_runner(DEV_EMS)
+    said: list[str] = []
+    result = run_sweep(sweep(ARMS), tmp_path / "report", runner=train, say=said.append, archive=archive,
+                       report_only=True)  # fmt: skip
+    assert trained == [] and fake_evaluations == []
+    assert [r.name for r in result.runs] == ["sft/seed0", "grpo/seed0"]
+    text = result.report
+    assert "Partial report (`--report`: nothing was trained or evaluated for it): 2 of 3 runs; not finished and " \
+           "tested yet: grpo-outcome/seed0." in text  # fmt: skip
+    test = text.split("## Test")[1]
+    assert "| sft | 0 | — | 0.250 [0.000, 0.750] (n=4) |" in test
+    assert "| grpo | 0 | 10 (0.750) | 1.000 [1.000, 1.000] (n=4) | +0.750 [+0.250, +1.000] | 3 / 0 |" in test
+    assert "grpo-outcome" not in text.split("tested yet:")[1].split("\n", 1)[1]
+    assert not (tmp_path / "report" / "seed0" / "grpo-outcome").exists()
+
+    run_sweep(sweep(ARMS), tmp_path / "machine1", runner=train, say=lambda _: None, archive=archive)
+    assert trained == ["grpo-outcome/seed0"] and fake_evaluations == ["grpo-outcome/seed0 (test)"]
+
+
+def test_a_report_with_nothing_finished_says_so(tmp_path, fake_evaluations):
+    train, trained = fake_runner(DEV_EMS)
+    with pytest.raises(ProtocolError, match=r"no run of .* is finished and tested yet"):
+        run_sweep(sweep(ARMS), tmp_path / "empty", runner=train, say=lambda _: None, report_only=True)
+    assert trained == []
+
+
+def test_a_report_leaves_out_a_run_finished_but_not_tested_and_does_not_test_it(
+    tmp_path, fake_evaluations, monkeypatch
+):
+    import agent_trainers.pipeline.stages as stages
+
+    out, real = tmp_path / "machine1", stages.evaluate_model
+
+    def killed_at_grpo(config, model, tokenizer, where, *, phase, tasks=None, label=None):
+        if label.startswith("grpo/"):
+            raise KeyboardInterrupt
+        return real(config, model, tokenizer, where, phase=phase, tasks=tasks, label=label)
+
+    monkeypatch.setattr(stages, "evaluate_model", killed_at_grpo)
+    train, trained = fake_runner(DEV_EMS)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None)
+    monkeypatch.setattr(stages, "evaluate_model", real)
+    fake_evaluations.clear()
+    result = run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, report_only=True)
+    assert [r.name for r in result.runs] == ["sft/seed0"] and fake_evaluations == []
+    assert "1 of 3 runs; not finished and tested yet: grpo/seed0, grpo-outcome/seed0." in result.report
+    dev = run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, report_only=True, dev_only=True)
+    assert [r.name for r in dev.runs] == ["sft/seed0", "grpo/seed0"] and "not finished yet: grpo-outcome" in dev.report
+    assert trained == ["sft/seed0", "grpo/seed0"] and fake_evaluations == []
