@@ -114,26 +114,33 @@ def test_weights_are_rebuilt_only_for_runs_still_to_train_and_through_a_chain(tm
     assert needing_weights([sft, grpo, outcome, more]) == []
 
 
-def test_a_run_finished_but_not_tested_when_the_sweep_stopped_is_tested_before_the_next_one_trains(
-    tmp_path, fake_evaluations, monkeypatch
-):
+def stopped_while_grpo_is_tested(out, monkeypatch, archive=None):
+    """Seed 0 trained up to its `grpo` arm, then Ctrl-C while grpo's test set is evaluated (evaluation restored
+    afterwards); returns the runner and the runs it trained."""
     import agent_trainers.pipeline.stages as stages
 
-    out, archive = tmp_path / "machine1", tmp_path / "archive"
     real = stages.evaluate_model
 
     def killed_at_grpo(config, model, tokenizer, where, *, phase, tasks=None, label=None):
         if label.startswith("grpo/"):
-            raise KeyboardInterrupt  # Ctrl-C while grpo's test set is evaluated
+            raise KeyboardInterrupt
         return real(config, model, tokenizer, where, phase=phase, tasks=tasks, label=label)
 
     monkeypatch.setattr(stages, "evaluate_model", killed_at_grpo)
     train, trained = fake_runner(DEV_EMS)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, archive=archive)
+    monkeypatch.setattr(stages, "evaluate_model", real)
+    return train, trained
+
+
+def test_a_run_finished_but_not_tested_when_the_sweep_stopped_is_tested_before_the_next_one_trains(
+    tmp_path, fake_evaluations, monkeypatch
+):
+    out, archive = tmp_path / "machine1", tmp_path / "archive"
+    train, trained = stopped_while_grpo_is_tested(out, monkeypatch, archive)
     assert trained == ["sft/seed0", "grpo/seed0"] and not (archive / "seed0" / "grpo").exists()
 
-    monkeypatch.setattr(stages, "evaluate_model", real)
     said: list[str] = []
     run_sweep(sweep(ARMS), out, runner=train, say=said.append, archive=archive)
     events = [x.split(" (")[0] for x in said if x.startswith(("[sweep] run", "[sweep] test", "[sweep] grpo/"))]
@@ -196,20 +203,8 @@ def test_a_report_with_nothing_finished_says_so(tmp_path, fake_evaluations):
 def test_a_report_leaves_out_a_run_finished_but_not_tested_and_does_not_test_it(
     tmp_path, fake_evaluations, monkeypatch
 ):
-    import agent_trainers.pipeline.stages as stages
-
-    out, real = tmp_path / "machine1", stages.evaluate_model
-
-    def killed_at_grpo(config, model, tokenizer, where, *, phase, tasks=None, label=None):
-        if label.startswith("grpo/"):
-            raise KeyboardInterrupt
-        return real(config, model, tokenizer, where, phase=phase, tasks=tasks, label=label)
-
-    monkeypatch.setattr(stages, "evaluate_model", killed_at_grpo)
-    train, trained = fake_runner(DEV_EMS)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None)
-    monkeypatch.setattr(stages, "evaluate_model", real)
+    out = tmp_path / "machine1"
+    train, trained = stopped_while_grpo_is_tested(out, monkeypatch)
     fake_evaluations.clear()
     result = run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, report_only=True)
     assert [r.name for r in result.runs] == ["sft/seed0"] and fake_evaluations == []
