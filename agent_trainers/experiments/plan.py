@@ -22,7 +22,7 @@ from typing import Any
 from agent_trainers.experiments.spec import Arm, Stage, SweepSpec
 from agent_trainers.pipeline.config import TrainConfig, config_from_dict, load_config, set_dotted
 
-__all__ = ["ARCHIVED", "Run", "describe", "plan_runs", "with_settings"]
+__all__ = ["ARCHIVED", "Run", "describe", "plan_runs", "select_arms", "with_settings"]
 
 ARCHIVED = "archived.json"
 """In a run folder: the run was restored from an archive (:mod:`.archive`); its weights stayed behind."""
@@ -108,6 +108,26 @@ def plan_runs(spec: SweepSpec, out: str | Path, overrides: Mapping[str, Any] | N
             by_arm[arm.name] = run
             runs.append(run)
     return runs
+
+
+def select_arms(runs: Sequence[Run], names: Sequence[str]) -> list[Run]:
+    """The runs of the arms ``names`` and of every arm they start from (a run needs its start's model), in plan
+    order.
+
+    Raises:
+        ValueError: A name that is no arm of the runs (the message lists the arms).
+    """
+    arms = list(dict.fromkeys(r.arm.name for r in runs))
+    unknown = [n for n in names if n not in arms]
+    if unknown:
+        raise ValueError(f"no arm {', '.join(unknown)} in this sweep; its arms: {', '.join(arms)}")
+    keep: set[str] = set()
+    for run in runs:
+        chain: Run | None = run if run.arm.name in names else None
+        while chain is not None:
+            keep.add(chain.name)
+            chain = chain.start
+    return [r for r in runs if r.name in keep]
 
 
 def _run(recipe: TrainConfig, arm: Arm, seed: int, folder: Path, before: Mapping[str, Run]) -> Run:

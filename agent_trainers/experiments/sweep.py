@@ -8,6 +8,7 @@
     agent-r1 sweep calculator_rewards --archive docs/results/sweeps/calculator_rewards   # grows seed by seed
     agent-r1 sweep hotpotqa_algorithms --report --archive docs/results/sweeps/hotpotqa_algorithms --out /tmp/r
                                                      # the report of what is finished so far; nothing runs
+    agent-r1 sweep hotpotqa_rate --seeds 1,2 --arms lr1e-5     # one arm (and the sft it starts from) on more seeds
 
 Everything goes under ``--out`` (default ``runs/<sweep name>``): ``seed<k>/<arm>/`` (each run's folder),
 ``costs.json``, ``choices.json`` and ``test_log.json`` (:mod:`.protocol`), ``test/`` (the test evaluations),
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_gym.core.files import write_atomic
-from agent_trainers.experiments.plan import Run, describe, plan_runs
+from agent_trainers.experiments.plan import Run, describe, plan_runs, select_arms
 from agent_trainers.experiments.spec import SweepSpec, load_sweep
 
 __all__ = ["SweepResult", "add_sweep_parser", "finished_runs", "run_sweep", "run_sweep_command"]
@@ -62,6 +63,7 @@ def run_sweep(
     dev_only: bool = False,
     archive: str | Path | None = None,
     report_only: bool = False,
+    arms: Sequence[str] | None = None,
 ) -> SweepResult:
     """Run (or continue) the runs seed by seed - train, freeze each run's choice, evaluate the test set once (each
     run as soon as it is finished) - and write the report over every seed.
@@ -74,9 +76,13 @@ def run_sweep(
     ``report_only``: train and evaluate nothing; report on the runs finished (and, unless ``dev_only``, tested)
     so far - restored from ``archive`` and copied from lenders, which costs no compute - and name the rest
     (:func:`finished_runs`): a report of a sweep still growing, e.g. while another process trains it.
+    ``arms``: only these arms, and the arms they start from (:func:`~.plan.select_arms`), are run and reported; the
+    sweep's definition is still the whole sweep, so the folder and its test log stay the sweep's (e.g. the recipe
+    arm, once chosen on dev, run on more seeds than the arms it was chosen among).
 
     Raises:
-        ProtocolError: ``report_only`` and no run is finished yet, or a step of the protocol out of order."""
+        ProtocolError: ``report_only`` and no run is finished yet, or a step of the protocol out of order.
+        ValueError: A name in ``arms`` that is no arm of the sweep."""
     import agent_trainers.experiments.archive as archives
     import agent_trainers.experiments.protocol as protocol
     import agent_trainers.experiments.report as report
@@ -86,7 +92,9 @@ def run_sweep(
         spec = spec.model_copy(update={"seeds": list(seeds)})
     folder = Path(out)
     runs = plan_runs(spec, folder, overrides)
-    sweep = protocol.sweep_digest(spec, overrides)
+    if arms is not None:
+        runs = select_arms(runs, arms)
+    sweep = protocol.sweep_digest(spec, overrides)  # the whole sweep's, whichever arms run
     if archive is not None and (restored := archives.restore_runs(runs, folder, archive)):
         say(f"[sweep] restored from {archive}: {', '.join(restored)} (results without weights)")
     protocol.check_definition(folder, sweep)  # before anything trains: a looked-at test set fixes the definition
@@ -102,6 +110,11 @@ def run_sweep(
     parts = [f"# {name}: {spec.description.strip()}", "", f"Recipe `{spec.recipe}`, seeds {spec.seeds}, metric "
              f"`{spec.metric}`, checkpoints chosen on dev: `{spec.choose.value}` (sweep {frozen['sweep']}).", "",
              "## Dev (every choice is made here)", "", report.dev_table(runs, spec.metric, costs, steps)]  # fmt: skip
+    if arms is not None:
+        shown = list(dict.fromkeys(r.arm.name for r in runs))
+        others = [a.name for a in spec.arms if a.name not in shown]
+        parts[2:2] = [f"Arms run and reported (`--arms`): {', '.join(shown)}; the sweep's other arms: "
+                      f"{', '.join(others) or 'none'}.", ""]  # fmt: skip
     if missing:
         parts[2:2] = [f"Partial report (`--report`: nothing was trained or evaluated for it): {len(runs)} of "
                       f"{len(runs) + len(missing)} runs; not finished{' and tested' if testing else ''} yet: "
@@ -263,6 +276,9 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument("--plan", action="store_true", help="print the runs without running them")
     sweep.add_argument("--out", default=None, help="where everything goes (default runs/<name>)")
     sweep.add_argument("--seeds", default=None, help="comma-separated seeds instead of the sweep's")
+    sweep.add_argument(
+        "--arms", default=None, help="comma-separated arms to run and report (with the arms they start from)"
+    )
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
     sweep.add_argument(
         "--dev-only", action="store_true", help="run and report on dev; leave the test set untouched for a later run"
@@ -287,12 +303,14 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
     name = Path(args.name).stem
     out = Path(args.out or f"runs/{name}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None
     overrides = parse_set(args.set)
     if args.plan and args.report:
         raise ValueError("--plan and --report: choose one (the plan runs nothing; the report trains nothing)")
     if args.plan:
         planned = spec if seeds is None else spec.model_copy(update={"seeds": seeds})
         runs = plan_runs(planned, out, overrides)
+        runs = runs if arms is None else select_arms(runs, arms)
         print(f"{name}: {spec.description.strip()}")
         test = "none" if spec.test is None else f"{spec.test.env_kwargs} tasks {spec.test.first_task}+{spec.test.tasks}"
         print(f"dev: {spec.dev.env_kwargs} tasks {spec.dev.first_task}+{spec.dev.tasks}; test: {test}; "
@@ -305,7 +323,7 @@ def run_sweep_command(args: argparse.Namespace, parse_set: Callable[[Sequence[st
             print(line)
         return 0
     result = run_sweep(spec, out, name=name, overrides=overrides, seeds=seeds, dev_only=args.dev_only,
-                       archive=args.archive, report_only=args.report)  # fmt: skip
+                       archive=args.archive, report_only=args.report, arms=arms)  # fmt: skip
     print(result.report)
     if result.curves:
         print(f"curves: {result.curves}")

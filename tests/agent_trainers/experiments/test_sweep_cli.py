@@ -37,3 +37,12 @@ def test_sweep_help_and_one_line_errors(capsys):
     assert "--plan and --report: choose one" in capsys.readouterr().err
     assert main(["sweep", "learn_main", "--plan", "--seeds", "0,1,2"]) == 0
     assert capsys.readouterr().out.count("grpo RL, 8 steps") == 3
+
+
+def test_sweep_plan_of_some_arms_lists_them_with_their_start(capsys):
+    assert main(["sweep", "hotpotqa_rate", "--plan", "--seeds", "1,2", "--arms", "lr1e-5-kl"]) == 0
+    runs = [line.split()[0] for line in capsys.readouterr().out.splitlines()[3:]]
+    assert runs == ["sft/seed1", "lr1e-5-kl/seed1", "sft/seed2", "lr1e-5-kl/seed2"]
+    assert main(["sweep", "hotpotqa_rate", "--plan", "--arms", "lr1e-5,kl"]) == 2
+    err = capsys.readouterr().err
+    assert "no arm kl in this sweep; its arms: sft, lr1e-5, lr1e-5-4q, lr1e-5-evidence, lr1e-5-kl" in err

@@ -212,3 +212,34 @@ def test_a_report_leaves_out_a_run_finished_but_not_tested_and_does_not_test_it(
     dev = run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, report_only=True, dev_only=True)
     assert [r.name for r in dev.runs] == ["sft/seed0", "grpo/seed0"] and "not finished yet: grpo-outcome" in dev.report
     assert trained == ["sft/seed0", "grpo/seed0"] and fake_evaluations == []
+
+
+def test_one_arm_runs_with_the_arm_it_starts_from_and_the_whole_sweep_goes_on_in_the_same_folder(
+    tmp_path, fake_evaluations
+):
+    """``--arms grpo-outcome``: sft (its start) and grpo-outcome are trained and tested, grpo is not; the report
+    names the arms left out; the test log is the whole sweep's, so running every arm later in the same folder trains
+    only grpo (a sweep digest of the selection alone would refuse the folder). Test EMs of ``TEST_EMS``: sft 0.25,
+    grpo-outcome 0.50, paired +0.25 (one task won, none lost)."""
+    out = tmp_path / "one-arm"
+    train, trained = fake_runner(DEV_EMS)
+    result = run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None, arms=["grpo-outcome"])
+    assert trained == ["sft/seed0", "grpo-outcome/seed0"]
+    assert fake_evaluations == ["sft/seed0 (test)", "grpo-outcome/seed0 (test)"]
+    assert [r.name for r in result.runs] == ["sft/seed0", "grpo-outcome/seed0"]
+    assert "Arms run and reported (`--arms`): sft, grpo-outcome; the sweep's other arms: grpo." in result.report
+    test = result.report.split("## Test")[1]
+    assert "| grpo-outcome | 0 | 20 (0.500) | 0.500 [0.000, 1.000] (n=4) | +0.250 [+0.000, +0.750] | 1 / 0 |" in test
+    assert "| grpo |" not in result.report
+
+    fake_evaluations.clear()
+    everything = run_sweep(sweep(ARMS), out, runner=train, say=lambda _: None)
+    assert trained == ["sft/seed0", "grpo-outcome/seed0", "grpo/seed0"] and fake_evaluations == ["grpo/seed0 (test)"]
+    assert [r.name for r in everything.runs] == ["sft/seed0", "grpo/seed0", "grpo-outcome/seed0"]
+
+
+def test_an_arm_the_sweep_does_not_have_is_a_clear_error(tmp_path, fake_evaluations):
+    train, trained = fake_runner(DEV_EMS)
+    with pytest.raises(ValueError, match="no arm grpo-outcom in this sweep; its arms: sft, grpo, grpo-outcome"):
+        run_sweep(sweep(ARMS), tmp_path / "x", runner=train, say=lambda _: None, arms=["grpo-outcom"])
+    assert trained == []
