@@ -180,10 +180,12 @@ def shared_data() -> Path | None:
 
 @pytest.fixture
 def docs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder with ``configs/`` linked in, and ``../shared/data`` when it exists."""
+    """An empty working folder with ``configs/`` and ``docs/`` (the results pages read the sweeps' archives there)
+    linked in, and ``../shared/data`` when it exists."""
     work = tmp_path / "work"
     work.mkdir()
     (work / "configs").symlink_to(ROOT / "configs")
+    (work / "docs").symlink_to(ROOT / "docs")
     if shared_data():
         (tmp_path / "shared").mkdir()
         (tmp_path / "shared" / "data").symlink_to(shared_data())
