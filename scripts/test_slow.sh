@@ -13,6 +13,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exec bash "$root/scripts/test.sh" -q -m slow \
   tests/benchmarks/test_learning_smoke.py \
   tests/benchmarks/test_idle_micro_batches_bench.py \
+  tests/benchmarks/test_kl_reference_bench.py \
   tests/benchmarks/test_sft_bench.py \
   tests/agent_trainers/policies/test_loader.py \
   tests/agent_trainers/rollout/test_ray_pool.py \

@@ -42,7 +42,12 @@ KL: for ``grpo`` and ``gigpo``, ``rl.beta`` is TRL's KL term in the loss; TRL bu
 of the policy as the stage starts (:mod:`~agent_trainers.algorithms.shared.reference`). For the REINFORCE family,
 ``beta`` goes into the reward instead: TRL gets ``beta = 0`` and this trainer scores the batch with the frozen
 snapshot and hands ``KL_t = log pi_old - log pi_ref`` (sampling log-probs minus reference log-probs, per model
-token) to the estimator.
+token) to the estimator. Either way the reference scores a training batch the way the loss scores the policy
+(:meth:`AgentGRPOTrainer.reference_logps`): each group's prompt run once and the LM head on the loss-mask positions
+only (TRL runs every padded row whole through it), or each turn after its step prompt; TRL's own reference pass is
+switched off for it (its ``beta`` is 0 while it generates, so the reference runs once, not twice). Where the loss
+goes through TRL's fused head (``cast_lm_head_to_fp32``, an auxiliary loss, a PEFT or wrapped model), TRL's
+reference pass stays.
 
 Several processes (``accelerate launch``): TRL's ``RepeatSampler`` puts the ``G`` copies of a prompt next to each
 other and each process takes the next ``per_device_train_batch_size * steps_per_generation`` rows of the
@@ -72,6 +77,7 @@ from trl.trainer.utils import add_fused_lm_head
 from agent_trainers.algorithms.shared.advantages import ESTIMATORS, compute_advantages
 from agent_trainers.algorithms.shared.batch import AgentBatch
 from agent_trainers.algorithms.shared.checkpoints import RolloutStateCallback
+from agent_trainers.algorithms.shared.logprobs import shared_prompt_token_logprobs, supports_scored_logprobs
 from agent_trainers.algorithms.shared.names import Algorithm, AnchorState, ISCorrection, ScaleRewards
 from agent_trainers.algorithms.shared.reference import reference_policy, snapshot_reference
 from agent_trainers.algorithms.shared.sections import TRLSettings
@@ -160,6 +166,10 @@ class AgentGRPOTrainer(GRPOTrainer):
     skip_idle_micro_batches: bool = True
     """Do not run the model on a micro-batch whose gradient is exactly 0 (the module docstring); False runs every
     micro-batch (the same weights, a slower step)."""
+
+    own_reference_scoring: bool = True
+    """Score the KL reference of a training batch as the loss scores the policy (the module docstring); False keeps
+    TRL's own reference pass (``benchmarks/kl_reference.py`` compares the two)."""
 
     def __init__(
         self,
@@ -282,9 +292,14 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         self.tasks_in_generation = [(str(row["env_id"]), int(row["task_index"])) for row in inputs]
+        own_reference = bool(self.beta) and self.model.training and self._scores_like_the_loss(self.ref_model)
+        beta = self.beta
         try:
+            if own_reference:
+                self.beta = 0.0  # TRL's reference pass is skipped; the reference is scored below
             output = super()._generate_and_score_completions(inputs)
         finally:
+            self.beta = beta
             self.tasks_in_generation = None
         mode = "train" if self.model.training else "eval"
         for name in TRL_EOS_METRICS:  # an episode ends on its env's terms (rollout/stop/<reason>), not on EOS
@@ -302,8 +317,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             anchor=getattr(self.settings, "anchor", AnchorState.OBSERVATION),
             staleness=int(inputs[0].get("staleness", 0)),
         )
-        if batch.steps is not None and "ref_per_token_logps" in output:  # TRL scored each row as one sequence
-            output["ref_per_token_logps"] = self._reference_logps(self.ref_model, output, batch)
+        if own_reference or (batch.steps is not None and "ref_per_token_logps" in output):
+            output["ref_per_token_logps"] = self.reference_logps(self.ref_model, output, batch)
         kl = self._token_kl(output, batch) if self.kl_coef else None
         batch.advantages = compute_advantages(batch, self.algorithm, self.settings, kl_coef=self.kl_coef, kl=kl)
         output["advantages"] = batch.advantages
@@ -314,25 +329,49 @@ class AgentGRPOTrainer(GRPOTrainer):
             output["stale_rows"] = torch.ones(rows, dtype=torch.bool, device=completion_ids.device)
         return output
 
+    def _scores_like_the_loss(self, model: Any) -> bool:
+        """Whether the loss scores the policy by its own routine (:class:`MicroBatchPolicy`), so a reference of
+        ``model``'s kind may be scored the same way."""
+        return (
+            self.own_reference_scoring
+            and model is not None
+            and not (self.args.cast_lm_head_to_fp32 or self.aux_loss_enabled)
+            and supports_scored_logprobs(model)
+        )
+
     @torch.no_grad()
-    def _reference_logps(self, reference: Any, output: dict[str, Any], batch: AgentBatch) -> torch.Tensor:
-        """``log pi_ref`` of the completion tokens: by step when the batch is scored by step, else with TRL's own
-        log-prob routine."""
+    def reference_logps(self, reference: Any, output: dict[str, Any], batch: AgentBatch) -> torch.Tensor:
+        """``log pi_ref`` of the completion tokens ``(B, T)``, scored as the loss scores the policy: by step when
+        the batch is scored by step; else each group's prompt once and the LM head on the loss-mask positions only
+        (0 elsewhere), ``per_device_train_batch_size`` rows at a time; else (a model that routine cannot score)
+        with TRL's own routine."""
         completion_ids = output["completion_ids"]
+        width = completion_ids.shape[1]
         if batch.steps is not None:
             with self.accelerator.autocast():
                 logps, _ = step_logprobs(reference, completion_ids, batch.steps, None, temperature=self.temperature)
             return logps
         ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
         mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            reference, ids, mask, completion_ids.shape[1], batch_size=self.args.per_device_train_batch_size
-        )
-        return logps
+        rows = self.args.per_device_train_batch_size
+        if not self._scores_like_the_loss(reference):
+            logps, _, _ = self._get_per_token_logps_and_entropies(reference, ids, mask, width, batch_size=rows)
+            return logps
+        tool_mask = output.get("tool_mask")
+        scored = output["completion_mask"] if tool_mask is None else output["completion_mask"] * tool_mask
+        parts = []
+        with self.accelerator.autocast():
+            for start in range(0, ids.shape[0], rows):
+                part = slice(start, start + rows)
+                logps, _ = shared_prompt_token_logprobs(
+                    reference, ids[part], mask[part], width, scored[part], temperature=self.temperature
+                )
+                parts.append(logps)
+        return torch.cat(parts)
 
     def _token_kl(self, output: dict[str, Any], batch: AgentBatch) -> torch.Tensor:
         """``log pi_old - log pi_ref`` per model token (0 elsewhere) against the frozen reference."""
-        ref = self._reference_logps(self.kl_reference, output, batch)
+        ref = self.reference_logps(self.kl_reference, output, batch)
         kl = (batch.behaviour_logprobs - ref.float()) * batch.model_mask
         tokens = batch.model_mask.sum().clamp(min=1)
         self._metrics["train"]["kl_reward/mean"].append(float(kl.sum() / tokens))

@@ -228,7 +228,15 @@ def test_loss_mask_switch_changes_exactly_the_mask(tmp_path, algorithm):
 
 @pytest.mark.parametrize(
     ("algorithm", "beta"),
-    [("grpo", 0.0), ("rloo", 0.0), ("reinforce_pp", 0.1), ("reinforce_pp_baseline", 0.0), ("gigpo", 0.0), ("rft", 0.0)],
+    [
+        ("grpo", 0.0),
+        ("grpo", 0.1),
+        ("rloo", 0.0),
+        ("reinforce_pp", 0.1),
+        ("reinforce_pp_baseline", 0.0),
+        ("gigpo", 0.0),
+        ("rft", 0.0),
+    ],
 )
 def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
     trainer = make_trainer(  # the real TransformersPolicy
@@ -241,7 +249,9 @@ def test_a_real_step_updates_the_model(tmp_path, one_thread, algorithm, beta):
     assert changed > 0
     logged = trainer.state.log_history[0]
     assert logged["rollout/turns"] >= 1
-    if beta:  # the reference is the initial policy, and the rollout's log-probs are the policy's: KL ~ 0
+    if beta and algorithm == "grpo":  # KL in the loss: the reference is the policy as the step starts
+        assert trainer.beta == beta and abs(logged["kl"]) < 1e-6
+    elif beta:  # the reference is the initial policy, and the rollout's log-probs are the policy's: KL ~ 0
         assert trainer.args.beta == 0.0 and trainer.kl_coef == beta
         assert abs(logged["kl_reward/mean"]) < 1e-4
 
@@ -310,6 +320,87 @@ def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
     ref = dict(trainer.ref_model.named_parameters())
     for name, p in trainer.model.named_parameters():
         assert torch.equal(p, ref[name]), name
+
+
+def _independent_logps(model, out, temperature=1.0):
+    """The completion tokens' log-probs (logits over ``temperature``) from one plain forward pass over the whole
+    padded rows."""
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    width = out["completion_ids"].shape[1]
+    with torch.no_grad():
+        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
+        logp = torch.log_softmax(logits[:, -width - 1 : -1].float() / temperature, dim=-1)
+    return logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def _count_whole_row_passes(model):
+    """Calls of the model's own forward (TRL's routine calls it; the loss's own routine runs its backbone and head)."""
+    calls = []
+    model.register_forward_hook(lambda module, args, output: calls.append(1))
+    return calls
+
+
+@pytest.mark.parametrize("step_samples", [False, True])
+def test_grpo_scores_its_reference_once_the_way_the_loss_scores_the_policy(tmp_path, one_thread, step_samples):
+    """beta > 0 in the loss: TRL's own reference pass (every padded row through the model and its head) is not run;
+    the reference's log-probs are the loss-mask positions' (0 elsewhere), scored by the loss's routine (each
+    group's prompt once, or each turn after its step prompt), and equal a plain forward pass's at the sampling
+    temperature."""
+    trainer = make_trainer(
+        tmp_path, "grpo", "turn", scripted, beta=0.1, step_samples=step_samples, args_overrides={"temperature": 0.7}
+    )
+    trainer.model.train()
+    whole = _count_whole_row_passes(trainer.ref_model)
+    backbone = []
+    trainer.ref_model.base_model.register_forward_hook(lambda module, args, output: backbone.append(1))
+    out = trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
+    assert whole == [] and backbone and trainer.beta == 0.1
+    scored = (out["completion_mask"] * out["tool_mask"]).bool()
+    assert bool((~scored & out["completion_mask"].bool()).any())  # env tokens in the completions: not scored
+    ref = out["ref_per_token_logps"]
+    assert ref.shape == out["completion_ids"].shape and torch.all(ref[~scored] == 0)
+    expected = _independent_logps(trainer.ref_model, out, temperature=0.7)
+    assert torch.allclose(ref[scored], expected[scored], atol=1e-5) and expected[scored].abs().min() > 0
+
+
+class AnswersWrong(ScriptedLookup):
+    def answers_right(self, row):
+        return False
+
+
+def test_steps_without_signal_leave_the_policy_at_its_reference(tmp_path, one_thread):
+    """Every answer wrong: every advantage is 0, so the loss is the KL term alone, and while the policy is its
+    reference that term and its gradient are 0 when both are scored alike: two steps leave every weight where it
+    was. (With TRL's reference pass the two scorings differ by float rounding, and Adam scales that gradient up to
+    a step of about the learning rate, 1e-2 here: the weights moved by 6e-3 and the second step's KL was 7e-3.)"""
+    trainer = make_trainer(tmp_path, "grpo", "turn", lambda m, t, s: AnswersWrong(t), beta=0.1, steps=2)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 2
+    moved = max(float((a - b.detach()).abs().max()) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    assert moved < 1e-6
+    logged = [row for row in trainer.state.log_history if "kl" in row]
+    assert len(logged) == 2 and all(row["kl"] < 1e-9 and row["reward"] == logged[0]["reward"] for row in logged)
+
+
+def test_the_reference_keeps_trls_routine_where_the_loss_does(tmp_path, one_thread):
+    """``cast_lm_head_to_fp32``: the loss goes through TRL's fused head, and so does the reference (every
+    completion position); evaluation keeps TRL's own scoring too."""
+    trainer = make_trainer(tmp_path, "grpo", "turn", scripted, beta=0.1, args_overrides={"cast_lm_head_to_fp32": True})
+    trainer.model.train()
+    whole = _count_whole_row_passes(trainer.ref_model)
+    out = trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
+    assert whole == [1]  # one chunk of 4 rows, once
+    live = out["completion_mask"].bool()
+    expected = _independent_logps(trainer.ref_model, out)
+    assert torch.allclose(out["ref_per_token_logps"][live], expected[live], atol=1e-5)
+    trainer = make_trainer(tmp_path / "eval", "grpo", "turn", scripted, beta=0.1)
+    trainer.model.eval()
+    whole = _count_whole_row_passes(trainer.ref_model)
+    trainer._generate_and_score_completions(inputs_for(trainer, [0, 1]))
+    assert whole == [1]
 
 
 def test_contract_and_clear_errors(tmp_path):
