@@ -23,7 +23,6 @@ Run:
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from typing import Annotated, Any
 import tyro
 
 from agent_trainers.algorithms import AgentGRPOTrainer
+from agent_trainers.experiments.protocol import metrics_rows
 from agent_trainers.pipeline.cli import parse_set
 from agent_trainers.pipeline.config import load_config
 from agent_trainers.pipeline.train import run_training
@@ -80,10 +80,15 @@ def overrides(args: Args, out: Path) -> dict[str, Any]:
 
 
 def rl_steps(folder: Path) -> list[dict[str, Any]]:
-    """The RL step rows of a run's ``metrics.jsonl``, in order."""
-    text = (folder / "metrics.jsonl").read_text(encoding="utf-8")
-    rows = [json.loads(x) for x in text.splitlines() if x.strip()]
-    return [r for r in rows if r.get("stage") == "rl" and "step_time" in r]
+    """The RL step rows of a run's ``metrics.jsonl``, in order.
+
+    Raises:
+        SystemExit: The run logged no RL step.
+    """
+    rows = [r for r in metrics_rows(folder) if r.get("stage") == "rl" and "step_time" in r]
+    if not rows:
+        raise SystemExit(f"no RL step in {folder / 'metrics.jsonl'}")
+    return rows
 
 
 def train(args: Args, out: Path, *, own: bool) -> list[dict[str, Any]]:

@@ -244,7 +244,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             model,
             inputs,
             temperature=self.temperature,
-            own_scoring=not (self.args.cast_lm_head_to_fp32 or self.aux_loss_enabled),
+            own_scoring=self._loss_scores_itself(),
             importance_sampling=self.importance_sampling,
             importance_cap=self.importance_cap,
             log_metric=lambda name, value: self._metrics[mode][name].append(value),
@@ -329,13 +329,17 @@ class AgentGRPOTrainer(GRPOTrainer):
             output["stale_rows"] = torch.ones(rows, dtype=torch.bool, device=completion_ids.device)
         return output
 
+    def _loss_scores_itself(self) -> bool:
+        """Whether the loss may score the policy by its own routine (:class:`MicroBatchPolicy`): not where TRL must
+        cast the LM head to float32 or add a mixture-of-experts loss."""
+        return not (self.args.cast_lm_head_to_fp32 or self.aux_loss_enabled)
+
     def _scores_like_the_loss(self, model: Any) -> bool:
-        """Whether the loss scores the policy by its own routine (:class:`MicroBatchPolicy`), so a reference of
-        ``model``'s kind may be scored the same way."""
+        """Whether a reference of ``model``'s kind is scored as the loss scores the policy (by its own routine)."""
         return (
             self.own_reference_scoring
             and model is not None
-            and not (self.args.cast_lm_head_to_fp32 or self.aux_loss_enabled)
+            and self._loss_scores_itself()
             and supports_scored_logprobs(model)
         )
 

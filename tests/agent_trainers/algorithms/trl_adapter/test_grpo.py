@@ -145,6 +145,19 @@ def test_the_logs_say_how_episodes_stopped_not_whether_they_ended_on_eos(tmp_pat
         assert not set(TRL_EOS_METRICS) & set(logged)
 
 
+def _independent_logps(model, out, temperature=1.0):
+    """The completion tokens' log-probs (logits over ``temperature``) from one plain forward pass over the whole
+    padded rows."""
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    width = out["completion_ids"].shape[1]
+    with torch.no_grad():
+        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
+        logp = torch.log_softmax(logits[:, -width - 1 : -1].float() / temperature, dim=-1)
+    return logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
 @pytest.mark.parametrize("algorithm", ["rloo", "reinforce_pp"])
 def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path, one_thread, algorithm):
     """beta > 0: the per-token KL to the frozen start policy (sampling log-probs minus the reference's, on model
@@ -155,14 +168,7 @@ def test_the_kl_penalty_and_gamma_reach_the_reinforce_family_advantages(tmp_path
     out = trainer._generate_and_score_completions(inputs)
     trajs = [row["trajectory"] for row in inputs]
     batch = AgentBatch.from_trajectories(trajs, group_size=2, width=out["completion_ids"].shape[1])
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-    width = out["completion_ids"].shape[1]
-    with torch.no_grad():  # the reference is the policy as RL starts: score with the (untouched) policy
-        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-        logits = trainer.model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
-        logp = torch.log_softmax(logits[:, -width - 1 : -1].float(), dim=-1)
-        ref = logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    ref = _independent_logps(trainer.model, out)  # the reference is the policy as RL starts: the untouched policy
     kl = (batch.behaviour_logprobs - ref) * batch.model_mask  # the scripted policy reports -1 per token
     assert kl[batch.model_mask].abs().min() > 0.5
     expected = advantages_of(batch, algorithm, advantage="turn", gamma=0.5, kl_coef=0.1, kl=kl)
@@ -320,19 +326,6 @@ def test_grpo_kl_reference_is_the_policy_as_rl_starts(tmp_path):
     ref = dict(trainer.ref_model.named_parameters())
     for name, p in trainer.model.named_parameters():
         assert torch.equal(p, ref[name]), name
-
-
-def _independent_logps(model, out, temperature=1.0):
-    """The completion tokens' log-probs (logits over ``temperature``) from one plain forward pass over the whole
-    padded rows."""
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    attn = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-    width = out["completion_ids"].shape[1]
-    with torch.no_grad():
-        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits
-        logp = torch.log_softmax(logits[:, -width - 1 : -1].float() / temperature, dim=-1)
-    return logp.gather(-1, out["completion_ids"].unsqueeze(-1)).squeeze(-1)
 
 
 def _count_whole_row_passes(model):
